@@ -1,0 +1,107 @@
+"""Top-k compressed upload of the draft distribution (CU-HLM, SPEC 3.1 and 3.4).
+
+The device sends the k largest entries of x (values and indices). The edge rebuilds
+x_hat_i = x_i on the top-k set and spreads the remaining mass uniformly,
+x_hat_i = (1 - S_k) / (|V| - k), elsewhere, so x_hat sums to one without renormalisation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from edgespec.sampling import residual_distribution
+
+
+def index_bits(vocab_size: int) -> int:
+    """Bits to address one vocabulary entry: ceil(log2 |V|)."""
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+    return math.ceil(math.log2(vocab_size))
+
+
+def upload_bits(k: int | torch.Tensor, vocab_size: int, prob_bits: int = 8):
+    """Payload of a top-k upload, B(k) = k * (b_p + ceil(log2 |V|)) bits (SPEC 3.1).
+
+    Standard HLM uploads k = |V| entries: for a 32,000-token vocabulary and b_p = 8 that is
+    736,000 bits = 92 kB per token.
+    """
+    return k * (prob_bits + index_bits(vocab_size))
+
+
+def reconstruct_topk(probs: torch.Tensor, k: int | torch.Tensor) -> torch.Tensor:
+    """The edge's reconstruction x_hat from the top-k of ``probs`` [..., V].
+
+    ``k`` is an int or a long tensor of shape ``probs.shape[:-1]`` (one k per row, 1 <= k <= V).
+    Ties at the k-th value are broken by ``torch.sort``'s order, as the device would.
+    """
+    vocab = probs.shape[-1]
+    k_tensor = torch.as_tensor(k, device=probs.device).expand(probs.shape[:-1])
+    if (k_tensor < 1).any() or (k_tensor > vocab).any():
+        raise ValueError(f"k must lie in [1, {vocab}]")
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    ranks = torch.empty_like(order).scatter_(
+        -1, order, torch.arange(vocab, device=probs.device).expand_as(order)
+    )
+    kept = ranks < k_tensor.unsqueeze(-1)
+    kept_mass = (probs * kept).sum(-1, keepdim=True)
+    tail_size = (vocab - k_tensor).unsqueeze(-1).to(probs.dtype)
+    tail_value = torch.where(tail_size > 0, (1 - kept_mass).clamp_min(0) / tail_size.clamp_min(1), 0)
+    return torch.where(kept, probs, tail_value)
+
+
+def topk_mass_and_error(probs: torch.Tensor, k_values: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k mass S_k and reconstruction error N_k = ||x - x_hat_k||_1 for each k of a grid.
+
+    ``probs`` [N, V]; returns two [N, len(k_values)] tensors. One sort serves every k: the
+    tail of the sorted distribution above the uniform level u_k = (1 - S_k) / (V - k) is a
+    prefix of the tail, so N_k = 2 * (H_k - m_k * u_k) + (V - k) * u_k - T_k, with H_k, m_k the
+    sum and length of that prefix and T_k the tail mass (SPEC 3.4; equals 2(H_k - m_k u_k)
+    when x sums to one).
+    """
+    vocab = probs.shape[-1]
+    sorted_probs = probs.sort(dim=-1, descending=True).values.to(torch.float64)
+    prefix = torch.cumsum(sorted_probs, dim=-1)
+    total = prefix[:, -1:]
+    masses, errors = [], []
+    ascending = sorted_probs.flip(-1)
+    for k in k_values:
+        if not 1 <= k <= vocab:
+            raise ValueError(f"k={k} outside [1, {vocab}]")
+        kept = prefix[:, k - 1 : k]
+        tail_mass = total - kept
+        if k == vocab:
+            masses.append(kept.squeeze(1))
+            errors.append(torch.zeros_like(kept.squeeze(1)))
+            continue
+        level = tail_mass / (vocab - k)
+        # Count tail entries >= level: search in the ascending tail, which is the reversed prefix.
+        tail_ascending = ascending[:, : vocab - k].contiguous()
+        below = torch.searchsorted(tail_ascending, level, right=False)
+        above_count = (vocab - k) - below
+        above_sum = (prefix.gather(1, (k - 1 + above_count).clamp(max=vocab - 1)) - kept)
+        error = 2 * (above_sum - above_count * level) + (vocab - k) * level - tail_mass
+        masses.append(kept.squeeze(1))
+        errors.append(error.squeeze(1).clamp_min(0))
+    return torch.stack(masses, dim=1), torch.stack(errors, dim=1)
+
+
+def total_variation(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """TVD(p, q) = 1/2 sum_i |p_i - q_i| along the last axis."""
+    return 0.5 * (p - q).abs().sum(-1)
+
+
+def resampling_distortion(
+    draft_probs: torch.Tensor, target_probs: torch.Tensor, k_values: list[int]
+) -> torch.Tensor:
+    """Measured TVD(r, r_hat_k) between the exact residual and the one built from x_hat_k.
+
+    ``draft_probs``, ``target_probs`` [N, V]; returns [N, len(k_values)] (SPEC 3.4).
+    """
+    exact = residual_distribution(target_probs, draft_probs)
+    out = []
+    for k in k_values:
+        approx = residual_distribution(target_probs, reconstruct_topk(draft_probs, k))
+        out.append(total_variation(exact, approx))
+    return torch.stack(out, dim=1)
