@@ -21,4 +21,6 @@ def tiny_draft_independent():
 @pytest.fixture(scope="session")
 def tiny_draft_close(tiny_target):
     """A draft that agrees with the target often but not always: the target's weights plus noise."""
-    return build_tiny_model(vocab_size=61, seed=0, dtype=torch.float64, perturb=0.5, perturb_seed=7)
+    return build_tiny_model(
+        vocab_size=61, seed=0, dtype=torch.float64, perturb=0.05, perturb_seed=7
+    )

@@ -30,28 +30,42 @@ def upload_bits(k: int | torch.Tensor, vocab_size: int, prob_bits: int = 8):
     return k * (prob_bits + index_bits(vocab_size))
 
 
-def reconstruct_topk(probs: torch.Tensor, k: int | torch.Tensor) -> torch.Tensor:
+def vocabulary_ranks(probs: torch.Tensor) -> torch.Tensor:
+    """Rank of every entry in its row, 0 = largest (``torch.sort`` order breaks ties)."""
+    order = probs.sort(dim=-1, descending=True).indices
+    vocab = probs.shape[-1]
+    return torch.empty_like(order).scatter_(
+        -1, order, torch.arange(vocab, device=probs.device).expand_as(order)
+    )
+
+
+def reconstruct_topk(
+    probs: torch.Tensor, k: int | torch.Tensor, ranks: torch.Tensor | None = None
+) -> torch.Tensor:
     """The edge's reconstruction x_hat from the top-k of ``probs`` [..., V].
 
     ``k`` is an int or a long tensor of shape ``probs.shape[:-1]`` (one k per row, 1 <= k <= V).
     Ties at the k-th value are broken by ``torch.sort``'s order, as the device would.
+    ``ranks`` (from :func:`vocabulary_ranks`) saves the sort when several k are tried.
     """
     vocab = probs.shape[-1]
     k_tensor = torch.as_tensor(k, device=probs.device).expand(probs.shape[:-1])
     if (k_tensor < 1).any() or (k_tensor > vocab).any():
         raise ValueError(f"k must lie in [1, {vocab}]")
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    ranks = torch.empty_like(order).scatter_(
-        -1, order, torch.arange(vocab, device=probs.device).expand_as(order)
-    )
+    if ranks is None:
+        ranks = vocabulary_ranks(probs)
     kept = ranks < k_tensor.unsqueeze(-1)
     kept_mass = (probs * kept).sum(-1, keepdim=True)
     tail_size = (vocab - k_tensor).unsqueeze(-1).to(probs.dtype)
-    tail_value = torch.where(tail_size > 0, (1 - kept_mass).clamp_min(0) / tail_size.clamp_min(1), 0)
+    tail_value = torch.where(
+        tail_size > 0, (1 - kept_mass).clamp_min(0) / tail_size.clamp_min(1), 0
+    )
     return torch.where(kept, probs, tail_value)
 
 
-def topk_mass_and_error(probs: torch.Tensor, k_values: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def topk_mass_and_error(
+    probs: torch.Tensor, k_values: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k mass S_k and reconstruction error N_k = ||x - x_hat_k||_1 for each k of a grid.
 
     ``probs`` [N, V]; returns two [N, len(k_values)] tensors. One sort serves every k: the
@@ -80,7 +94,7 @@ def topk_mass_and_error(probs: torch.Tensor, k_values: list[int]) -> tuple[torch
         tail_ascending = ascending[:, : vocab - k].contiguous()
         below = torch.searchsorted(tail_ascending, level, right=False)
         above_count = (vocab - k) - below
-        above_sum = (prefix.gather(1, (k - 1 + above_count).clamp(max=vocab - 1)) - kept)
+        above_sum = prefix.gather(1, (k - 1 + above_count).clamp(max=vocab - 1)) - kept
         error = 2 * (above_sum - above_count * level) + (vocab - k) * level - tail_mass
         masses.append(kept.squeeze(1))
         errors.append(error.squeeze(1).clamp_min(0))
@@ -100,8 +114,9 @@ def resampling_distortion(
     ``draft_probs``, ``target_probs`` [N, V]; returns [N, len(k_values)] (SPEC 3.4).
     """
     exact = residual_distribution(target_probs, draft_probs)
+    ranks = vocabulary_ranks(draft_probs)
     out = []
     for k in k_values:
-        approx = residual_distribution(target_probs, reconstruct_topk(draft_probs, k))
+        approx = residual_distribution(target_probs, reconstruct_topk(draft_probs, k, ranks))
         out.append(total_variation(exact, approx))
     return torch.stack(out, dim=1)

@@ -80,7 +80,9 @@ class RaggedCachedModel:
         if self.cache is None:
             self.cache = DynamicCache()
             self.slot_valid = valid
-            self.next_position = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
+            self.next_position = torch.zeros(
+                tokens.shape[0], dtype=torch.long, device=tokens.device
+            )
         else:
             self.slot_valid = torch.cat([self.slot_valid, valid], dim=1)
         positions = self.next_position.unsqueeze(1) + valid.long().cumsum(1) - 1
@@ -113,7 +115,9 @@ class RaggedCachedModel:
         self.next_position = self.next_position[rows]
 
 
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack token lists right-aligned: ([B, L] ids, [B, L] validity)."""
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
@@ -293,7 +297,11 @@ def generate_tokenwise(
                 d = _draw(x, z_draft, cfg.temperature, generator)
                 u = (
                     perturbation_uncertainty(
-                        z_draft, d, policy.uncertainty_samples, policy.uncertainty_theta_max, generator
+                        z_draft,
+                        d,
+                        policy.uncertainty_samples,
+                        policy.uncertainty_theta_max,
+                        generator,
                     )
                     if policy.uncertainty_samples > 0
                     else torch.zeros(batch)
@@ -322,8 +330,12 @@ def generate_tokenwise(
                         upload_k=upload_k,
                         accepted=accepted,
                         committed=committed,
-                        draft_hidden=outs["draft"][1][:, -1] if "draft" in outs and cfg.keep_hidden else None,
-                        target_hidden=outs["target"][1][:, -1] if "target" in outs and cfg.keep_hidden else None,
+                        draft_hidden=outs["draft"][1][:, -1]
+                        if "draft" in outs and cfg.keep_hidden
+                        else None,
+                        target_hidden=outs["target"][1][:, -1]
+                        if "target" in outs and cfg.keep_hidden
+                        else None,
                     )
                 )
             _, finished = _append_and_check(state, [[int(t)] for t in committed], cfg)
@@ -339,7 +351,9 @@ def generate_tokenwise(
                 committed = committed[rows]
                 position = position[rows]
             step_valid = torch.ones((len(state.active), 1), dtype=torch.bool)
-            outs = {name: m.feed(committed.unsqueeze(1), step_valid, 1) for name, m in models.items()}
+            outs = {
+                name: m.feed(committed.unsqueeze(1), step_valid, 1) for name, m in models.items()
+            }
         for i in indices:
             results[i] = state.generated[i]
     return results
@@ -380,7 +394,9 @@ def strict_acceptance(temperature: float) -> AcceptanceRule:
     def rule(round_: DraftRound, generator: torch.Generator) -> VerificationResult:
         if temperature == 0:
             return greedy_verify(round_.draft_tokens, round_.target_logits)
-        return rejection_sample(round_.draft_tokens, round_.draft_probs, round_.target_probs, generator)
+        return rejection_sample(
+            round_.draft_tokens, round_.draft_probs, round_.target_probs, generator
+        )
 
     return rule
 
@@ -424,7 +440,10 @@ def generate_rounds(
             if len(prompts[i]) < 1:
                 raise ValueError(f"prompt {i} is empty")
         ids, valid = left_pad([prompts[i][:-1] for i in indices], cfg.pad_token_id, "cpu")
-        dm, tm = RaggedCachedModel(draft, cfg.keep_hidden), RaggedCachedModel(target, cfg.keep_hidden)
+        dm, tm = (
+            RaggedCachedModel(draft, cfg.keep_hidden),
+            RaggedCachedModel(target, cfg.keep_hidden),
+        )
         if ids.shape[1] > 0:
             dm.feed(ids, valid, 1)
             tm.feed(ids, valid, 1)
@@ -476,7 +495,9 @@ def generate_rounds(
             kept, finished = _append_and_check(state, committed, cfg)
             for row, p in enumerate(state.active):
                 stats.append(
-                    RoundStats(p, round_index, gamma, int(n[row]), len(kept[row]), int(mismatches[row]))
+                    RoundStats(
+                        p, round_index, gamma, int(n[row]), len(kept[row]), int(mismatches[row])
+                    )
                 )
             # Roll back: the target saw all gamma drafts, keep the accepted ones; the draft fed
             # gamma - 1 drafts, keep min(n, gamma - 1) of them.

@@ -48,7 +48,9 @@ def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor)
     """
     residual = (target_probs - draft_probs).clamp_min(0)
     mass = residual.sum(-1, keepdim=True)
-    return torch.where(mass > 0, residual / mass.clamp_min(torch.finfo(mass.dtype).tiny), target_probs)
+    return torch.where(
+        mass > 0, residual / mass.clamp_min(torch.finfo(mass.dtype).tiny), target_probs
+    )
 
 
 def rejection_probability(
@@ -110,7 +112,9 @@ def accept_by_rule(
     """
     num_accepted = _first_rejection(accepted_mask)
     final = final_tokens_per_position.gather(1, num_accepted.unsqueeze(1)).squeeze(1)
-    return VerificationResult(_assemble(draft_tokens, num_accepted, final), num_accepted, accepted_mask)
+    return VerificationResult(
+        _assemble(draft_tokens, num_accepted, final), num_accepted, accepted_mask
+    )
 
 
 def greedy_verify(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> VerificationResult:

@@ -56,7 +56,9 @@ def build_tiny_model(
         with torch.no_grad():
             for param in model.parameters():
                 scale = param.detach().std() if param.numel() > 1 else param.detach().abs()
-                param.add_(perturb * scale * torch.randn(param.shape, generator=noise, dtype=param.dtype))
+                param.add_(
+                    perturb * scale * torch.randn(param.shape, generator=noise, dtype=param.dtype)
+                )
     return model
 
 
@@ -90,7 +92,9 @@ def write_tiny_pair(
     vocab = len(tokenizer)
     paths = []
     for role, perturb in (("draft", draft_perturb), ("target", 0.0)):
-        model = build_tiny_model(vocab, seed=seed, perturb=perturb, perturb_seed=seed + 1, eos_token_id=eos)
+        model = build_tiny_model(
+            vocab, seed=seed, perturb=perturb, perturb_seed=seed + 1, eos_token_id=eos
+        )
         path = Path(out_dir) / role
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)

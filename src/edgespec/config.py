@@ -1,0 +1,92 @@
+"""Validation of the workflow configuration against workflow/schemas/config.schema.yaml.
+
+Errors name the offending key by its dotted path, before any stage runs; missing keys get the
+schema's defaults so every stage sees a complete configuration.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown, of the wrong type or out of range."""
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
+def _fill_defaults(instance: dict, schema: dict) -> None:
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if isinstance(instance.get(key), dict) and sub.get("type") == "object":
+            _fill_defaults(instance[key], sub)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict) and extra.get("type") == "object":
+        for key, value in instance.items():
+            if key not in schema.get("properties", {}) and isinstance(value, dict):
+                _fill_defaults(value, extra)
+
+
+def _dotted(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def validate_config(config: dict, schema: dict | None = None) -> dict:
+    """A copy of ``config`` with defaults filled in; :class:`ConfigError` if invalid."""
+    schema = schema or load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for err in errors:
+            where = _dotted(err.absolute_path)
+            if err.validator == "additionalProperties":
+                known = sorted(err.schema.get("properties", {}))
+                lines.append(f"config key '{where}': {err.message}; known keys: {', '.join(known)}")
+            else:
+                lines.append(f"config key '{where}': {err.message}")
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+    filled = copy.deepcopy(config)
+    _fill_defaults(filled, schema)
+    return filled
+
+
+def check_inputs_exist(config: dict, base: Path = Path(".")) -> None:
+    """Files named by the configuration must exist before any stage starts."""
+    for name, spec in config["data"]["datasets"].items():
+        if spec["source"] == "jsonl":
+            path = spec.get("path")
+            if not path:
+                raise ConfigError(
+                    f"config key 'data.datasets.{name}.path': source jsonl needs a path"
+                )
+            if not (base / path).is_file():
+                raise ConfigError(
+                    f"config key 'data.datasets.{name}.path': file '{path}' does not exist"
+                )
+        elif spec.get("path"):
+            raise ConfigError(
+                f"config key 'data.datasets.{name}.path': only source jsonl takes a path"
+            )
+    if config["models"]["preset"] == "custom":
+        custom = config["models"].get("custom", {})
+        for role in ("draft", "target"):
+            if role not in custom:
+                raise ConfigError(f"config key 'models.custom.{role}': preset custom needs it")
+
+
+def load_config(path: Path) -> dict:
+    with open(path) as fh:
+        raw = yaml.safe_load(fh) or {}
+    return validate_config(raw)

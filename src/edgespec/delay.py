@@ -1,0 +1,229 @@
+"""Compute-time profiles and the CU-HLM per-token delay model (SPEC 3.1, 5 and 6).
+
+Per token t of a hybrid (HLM-family) run,
+
+    tau(t) = tau_SLM + tau_unc + 1{upload(t)} * (B(t) / R(t) + tau_LLM + RTT)   [s]
+
+with B(t) the uplink payload [bit] (B(k(t)) of ``edgespec.compression.upload_bits``), R(t) the
+block-fading uplink rate [bit/s] of that token (``edgespec.channel``), tau_SLM, tau_LLM the
+device and edge forward times and tau_unc the device's uncertainty (and k(t)) computation, all
+from a ``LatencyProfile``. Token throughput = generated tokens / sum_t tau(t) [tokens/s].
+
+Compute times are never hard-coded: a profile is measured on the machine that runs the
+workflow (``source="measured"``) or given in config to emulate other hardware.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+
+def _nonneg(name: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not (math.isfinite(out) and out >= 0):
+        raise ValueError(f"{name} must be a finite time >= 0 s, got {value!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    """Compute times of one device/edge hardware pair [s].
+
+    ``draft_token_s``: one draft (SLM) forward producing one token on the device.
+    ``target_token_s``: one target (LLM) forward for one token on the edge (tau_LLM of CU-HLM).
+    ``target_verify_s``: gamma -> one target forward over gamma + 1 tokens (WISV verification
+    of gamma draft tokens), for the gammas that were measured or configured.
+    ``uncertainty_s``: the device's per-token uncertainty (and online k(t)) computation.
+    ``source``: where the numbers come from, e.g. "measured" or "config".
+    """
+
+    draft_token_s: float
+    target_token_s: float
+    target_verify_s: Mapping[int, float] = field(default_factory=dict)
+    uncertainty_s: float = 0.0
+    source: str = "measured"
+
+    def __post_init__(self) -> None:
+        for key in ("draft_token_s", "target_token_s", "uncertainty_s"):
+            object.__setattr__(self, key, _nonneg(key, getattr(self, key)))
+        if not isinstance(self.target_verify_s, Mapping):
+            raise ValueError("target_verify_s must map gamma -> seconds")
+        table: dict[int, float] = {}
+        for gamma, seconds in self.target_verify_s.items():
+            try:
+                g = int(gamma)
+            except (TypeError, ValueError):
+                raise ValueError(f"target_verify_s key {gamma!r} is not an integer gamma") from None
+            if g != float(gamma) or g < 1:
+                raise ValueError(f"target_verify_s key {gamma!r} must be an integer gamma >= 1")
+            if g in table:
+                raise ValueError(f"target_verify_s gives gamma={g} twice")
+            table[g] = _nonneg(f"target_verify_s[{g}]", seconds)
+        object.__setattr__(self, "target_verify_s", MappingProxyType(dict(sorted(table.items()))))
+        if not isinstance(self.source, str):
+            raise ValueError(f"source must be a string, got {self.source!r}")
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.draft_token_s,
+                self.target_token_s,
+                tuple(self.target_verify_s.items()),
+                self.uncertainty_s,
+                self.source,
+            )
+        )
+
+    def target_verify(self, gamma: int) -> float:
+        """tau_LLM(gamma) [s]: the exact entry, or linear interpolation between the nearest
+        measured gammas; a gamma outside the measured range raises ValueError (no
+        extrapolation)."""
+        known = list(self.target_verify_s)
+        if not known:
+            raise ValueError("this latency profile has no target_verify_s entries")
+        if gamma in self.target_verify_s:
+            return self.target_verify_s[gamma]
+        if not known[0] < gamma < known[-1]:
+            raise ValueError(
+                f"gamma={gamma} lies outside the profiled gammas {known}; "
+                f"measure or configure target_verify_s for it"
+            )
+        return float(np.interp(gamma, known, [self.target_verify_s[g] for g in known]))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LatencyProfile:
+        """Build from a config or JSON mapping (gamma keys may be strings)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a latency profile must be a mapping, got {type(d).__name__}")
+        valid = {"draft_token_s", "target_token_s", "target_verify_s", "uncertainty_s", "source"}
+        unknown = sorted(set(d) - valid)
+        if unknown:
+            raise ValueError(f"latency profile: unknown key(s) {unknown}; valid: {sorted(valid)}")
+        for key in ("draft_token_s", "target_token_s"):
+            if key not in d:
+                raise ValueError(f"latency profile: missing required key {key!r}")
+        return cls(**dict(d))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping (gamma keys as strings) that ``from_dict`` reads back."""
+        return {
+            "draft_token_s": self.draft_token_s,
+            "target_token_s": self.target_token_s,
+            "target_verify_s": {str(g): s for g, s in self.target_verify_s.items()},
+            "uncertainty_s": self.uncertainty_s,
+            "source": self.source,
+        }
+
+
+def _per_token(name: str, value, length: int) -> np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] != length):
+        raise ValueError(f"{name} must be a scalar or have shape [{length}], got {arr.shape}")
+    return np.broadcast_to(arr, (length,))
+
+
+def tokenwise_delays(
+    uploaded,
+    upload_bits,
+    rates_bps,
+    profile: LatencyProfile,
+    rtt_s,
+    uses_uncertainty: bool,
+    uses_draft: bool = True,
+    uses_target_always: bool = False,
+    downlink_bits: float = 0.0,
+    resync_bits_per_skipped: float = 0.0,
+    downlink_rate_bps=None,
+) -> np.ndarray:
+    """Per-token delays tau(t) [s], shape [T].
+
+    ``uploaded`` bool [T]; ``upload_bits`` [T] payload B(t) [bit] (read only where uploaded);
+    ``rates_bps`` [T] uplink rate R(t) [bit/s], > 0 where uploaded; ``rtt_s`` [s], scalar or
+    [T]; ``downlink_rate_bps`` [bit/s], scalar or [T].
+
+    Modes:
+
+    - hybrid (``uses_draft=True``, the HLM family; SLM-only is the case with no uploads):
+      tau = tau_SLM + 1{uses_uncertainty} tau_unc
+      + 1{upload} (B/R + tau_LLM + RTT + downlink_bits / R_dl).
+      Skipped tokens are resynchronised by piggybacking ``resync_bits_per_skipped`` per
+      skipped token on the next upload (at that upload's rate); skipped tokens after the last
+      upload are never sent (nothing at the edge needs them).
+    - LLM-only (``uses_draft=False, uses_target_always=True``): the edge generates alone,
+      tau = tau_LLM + downlink_bits / R_dl.
+
+    The downlink (the accepted or resampled token id) costs ``downlink_bits / downlink_rate_bps``
+    when a downlink rate is given and nothing otherwise (the papers' convention);
+    ``downlink_bits > 0`` without a downlink rate is an error rather than a silent zero.
+    """
+    up = np.asarray(uploaded)
+    if up.ndim != 1 or up.dtype != bool:
+        raise ValueError(f"uploaded must be a 1-D bool array, got dtype {up.dtype}, {up.shape}")
+    length = up.shape[0]
+    bits = _per_token("upload_bits", upload_bits, length)
+    rates = _per_token("rates_bps", rates_bps, length)
+    rtt = _per_token("rtt_s", rtt_s, length)
+    if np.any(~(rtt >= 0)) or np.any(~np.isfinite(rtt)):
+        raise ValueError("rtt_s must be finite and >= 0")
+    downlink_bits = float(downlink_bits)
+    resync = float(resync_bits_per_skipped)
+    if not (downlink_bits >= 0 and resync >= 0):
+        raise ValueError("downlink_bits and resync_bits_per_skipped must be >= 0")
+    if downlink_rate_bps is None:
+        if downlink_bits > 0:
+            raise ValueError("downlink_bits > 0 needs a downlink_rate_bps")
+        downlink_s = np.zeros(length)
+    else:
+        dl_rate = _per_token("downlink_rate_bps", downlink_rate_bps, length)
+        if np.any(~(dl_rate > 0)):
+            raise ValueError("downlink_rate_bps must be > 0")
+        downlink_s = downlink_bits / dl_rate
+
+    if not uses_draft:
+        if not uses_target_always:
+            raise ValueError("uses_draft=False needs uses_target_always=True (LLM-only)")
+        if up.any():
+            raise ValueError("LLM-only mode has no uplink; uploaded must be all False")
+        # LLM-only: the edge decodes alone and streams each token id down; the stream is
+        # pipelined with decoding, so no per-token RTT and no uplink of distributions.
+        return profile.target_token_s + downlink_s
+    if uses_target_always:
+        raise ValueError(
+            "uses_target_always is the LLM-only mode (set uses_draft=False); a hybrid run "
+            "charges the target through its uploads"
+        )
+
+    if np.any(~(bits[up] >= 0)) or np.any(~np.isfinite(bits[up])):
+        raise ValueError("upload_bits must be finite and >= 0 where a token is uploaded")
+    if np.any(~(rates[up] > 0)):
+        raise ValueError("rates_bps must be > 0 where a token is uploaded")
+    tau = np.full(length, profile.draft_token_s, dtype=float)
+    if uses_uncertainty:
+        tau += profile.uncertainty_s
+    index = np.flatnonzero(up)
+    skipped_before = np.cumsum(~up)[index]
+    pending = np.diff(skipped_before, prepend=0)  # skipped tokens since the previous upload
+    payload = bits[index] + resync * pending
+    tau[index] += payload / rates[index] + profile.target_token_s + rtt[index] + downlink_s[index]
+    return tau
+
+
+def throughput_tokens_per_s(num_tokens, delays) -> float:
+    """Generated tokens / sum of delays [tokens/s] (SPEC 6)."""
+    total = float(np.sum(np.asarray(delays, dtype=float)))
+    if not (total > 0 and math.isfinite(total)):
+        raise ValueError(f"total delay must be finite and > 0 s, got {total}")
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+    return float(num_tokens) / total

@@ -1,0 +1,85 @@
+"""Measured compute-time profile of a model pair on the machine running the workflow (SPEC 5).
+
+One stream (batch 1), as one device would run it: draft time per token, target time per
+token, target time for one verification forward over gamma+1 tokens, and the time of the
+uncertainty estimate. Each quantity gets one warm-up and the median of ``repeats`` timings.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from edgespec.uncertainty import perturbation_uncertainty
+
+
+def _median_time(fn, repeats: int) -> float:
+    fn()  # warm-up: first calls allocate and pick kernels
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def _forward_time(model, prompt: Sequence[int], new_tokens: int, repeats: int) -> float:
+    """Median time of one cached forward over ``new_tokens`` tokens after ``prompt``."""
+    cache = DynamicCache()
+    ids = torch.tensor([list(prompt)])
+    model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+    step = torch.tensor(
+        [list(prompt[-new_tokens:]) if new_tokens <= len(prompt) else [0] * new_tokens]
+    )
+
+    def run():
+        model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=new_tokens)
+        cache.crop(-new_tokens)  # a negative count removes that many trailing positions
+
+    return _median_time(run, repeats)
+
+
+def measure_latency_profile(
+    draft: torch.nn.Module,
+    target: torch.nn.Module,
+    prompt: Sequence[int],
+    gammas: Sequence[int],
+    repeats: int,
+    uncertainty_samples: int,
+    theta_max: float,
+    seed: int,
+) -> dict:
+    """A latency profile dict (seconds) in the format of :class:`edgespec.delay.LatencyProfile`."""
+    draft_token_s = _forward_time(draft, prompt, 1, repeats)
+    target_token_s = _forward_time(target, prompt, 1, repeats)
+    verify = {str(g): _forward_time(target, prompt, g + 1, repeats) for g in sorted(set(gammas))}
+    with torch.inference_mode():
+        logits = draft(input_ids=torch.tensor([list(prompt)]), logits_to_keep=1).logits[:, -1]
+    generator = torch.Generator().manual_seed(seed)
+    token = logits.argmax(-1)
+    uncertainty_s = _median_time(
+        lambda: perturbation_uncertainty(logits, token, uncertainty_samples, theta_max, generator),
+        repeats,
+    )
+    return {
+        "draft_token_s": draft_token_s,
+        "target_token_s": target_token_s,
+        "target_verify_s": verify,
+        "uncertainty_s": uncertainty_s,
+        "source": "measured",
+        "machine": {
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "dtype": str(next(target.parameters()).dtype),
+            "prompt_tokens": len(prompt),
+            "repeats": repeats,
+        },
+    }

@@ -1,0 +1,222 @@
+"""WISV upload protocols: per-round payloads and latency (SPEC 4.3 and 5).
+
+One round drafts gamma tokens on the device and verifies them with one target forward on the
+edge. Payloads [bit]:
+
+- token id: ceil(log2 |V|) bits; draft hidden state: hidden_size * bits_per_value (fp16: 16);
+- **vanilla SD**: gamma ids up;
+- **FH** (full-hidden): gamma ids and gamma draft hidden states up, in one message;
+- **SH** (mismatch-first selective-hidden): gamma ids up; if the edge finds m > 0 mismatches it
+  requests the m hidden states of those positions (a gamma-bit position mask down) and the
+  device uploads them (m hidden states up): one extra round trip;
+- downlink of every round: the accepted count, ceil(log2(gamma + 1)) bits, and the
+  repair/bonus token id.
+
+Round latency (the project's formula; SPEC 9 lists the protocol latency formulas as an own
+choice):
+
+    T = gamma tau_SLM + uplink / R + RTT + tau_LLM(gamma) + t_extra
+        (+ extra_uplink / R + RTT                 if the protocol takes an extra trip)
+        (+ downlink / R_dl                        if a downlink rate is given)   [s]
+
+Compute times cancel between FH and SH, so SH beats FH in a round with m > 0 mismatches iff
+RTT + m b_h / R < gamma b_h / R, i.e. RTT < (gamma - m) b_h / R (``crossover_rtt``): SH wins at
+short RTT and slow uplink with few mismatches, FH at long RTT or fast uplink.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RoundPayload:
+    """Bits moved in one round [bit], and whether the protocol needs a second round trip.
+
+    ``uplink_bits``: the first uplink message; ``extra_uplink_bits``: the uplink message of the
+    extra trip (SH's requested hidden states); ``downlink_bits``: everything sent down in the
+    round (count, repair/bonus token id, SH's request mask); ``extra_round_trip``: SH with at
+    least one mismatch.
+    """
+
+    uplink_bits: float
+    extra_uplink_bits: float
+    downlink_bits: float
+    extra_round_trip: bool
+
+    def __post_init__(self) -> None:
+        for key in ("uplink_bits", "extra_uplink_bits", "downlink_bits"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{key} must be finite and >= 0, got {value}")
+        if self.extra_uplink_bits > 0 and not self.extra_round_trip:
+            raise ValueError("extra_uplink_bits > 0 needs extra_round_trip=True")
+
+    @property
+    def total_uplink_bits(self) -> float:
+        """All uplink bits of the round [bit]."""
+        return self.uplink_bits + self.extra_uplink_bits
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or int(value) != value or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def token_id_bits(vocab_size: int) -> int:
+    """Bits of one token id, ceil(log2 |V|) (as ``edgespec.compression.index_bits``)."""
+    vocab_size = _check_int("vocab_size", vocab_size, 2)
+    return math.ceil(math.log2(vocab_size))
+
+
+def hidden_state_bits(hidden_size: int, bits_per_value: int = 16) -> int:
+    """Bits of one draft hidden state, hidden_size * bits_per_value (fp16 default)."""
+    return _check_int("hidden_size", hidden_size, 1) * _check_int(
+        "bits_per_value", bits_per_value, 1
+    )
+
+
+def _downlink_bits(gamma: int, vocab_size: int) -> int:
+    # Accepted count n in 0..gamma, plus the repair or bonus token id.
+    return math.ceil(math.log2(gamma + 1)) + token_id_bits(vocab_size)
+
+
+def vanilla_payload(gamma: int, vocab_size: int) -> RoundPayload:
+    """Vanilla SD: gamma token ids up; count and repair/bonus id down."""
+    gamma = _check_int("gamma", gamma, 1)
+    return RoundPayload(
+        uplink_bits=gamma * token_id_bits(vocab_size),
+        extra_uplink_bits=0.0,
+        downlink_bits=_downlink_bits(gamma, vocab_size),
+        extra_round_trip=False,
+    )
+
+
+def fh_payload(
+    gamma: int, vocab_size: int, hidden_size: int, bits_per_value: int = 16
+) -> RoundPayload:
+    """Full-hidden upload: gamma ids and gamma draft hidden states in one uplink message."""
+    gamma = _check_int("gamma", gamma, 1)
+    per_token = token_id_bits(vocab_size) + hidden_state_bits(hidden_size, bits_per_value)
+    return RoundPayload(
+        uplink_bits=gamma * per_token,
+        extra_uplink_bits=0.0,
+        downlink_bits=_downlink_bits(gamma, vocab_size),
+        extra_round_trip=False,
+    )
+
+
+def sh_payload(
+    gamma: int,
+    num_mismatches: int,
+    vocab_size: int,
+    hidden_size: int,
+    bits_per_value: int = 16,
+) -> RoundPayload:
+    """Mismatch-first selective-hidden upload: ids first; with m > 0 mismatches the edge sends
+    a gamma-bit request mask and the device uploads the m hidden states (one extra trip)."""
+    gamma = _check_int("gamma", gamma, 1)
+    m = _check_int("num_mismatches", num_mismatches, 0)
+    if m > gamma:
+        raise ValueError(f"num_mismatches={m} exceeds gamma={gamma}")
+    return RoundPayload(
+        uplink_bits=gamma * token_id_bits(vocab_size),
+        extra_uplink_bits=m * hidden_state_bits(hidden_size, bits_per_value),
+        downlink_bits=_downlink_bits(gamma, vocab_size) + (gamma if m > 0 else 0),
+        extra_round_trip=m > 0,
+    )
+
+
+def _positive(name: str, value) -> np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if np.any(~(arr > 0)):
+        raise ValueError(f"{name} must be > 0")
+    return arr
+
+
+def _nonneg(name: str, value) -> np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if np.any(~(arr >= 0)) or np.any(~np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite and >= 0")
+    return arr
+
+
+def round_latency(
+    payload: RoundPayload,
+    rate_bps,
+    rtt_s,
+    gamma: int,
+    draft_token_s: float,
+    target_verify_s: float,
+    extra_verify_s: float = 0.0,
+    downlink_rate_bps=None,
+):
+    """Latency of one round [s] (module docstring formula).
+
+    ``rate_bps`` uplink rate R [bit/s]; ``rtt_s`` [s]; ``draft_token_s`` tau_SLM [s];
+    ``target_verify_s`` tau_LLM(gamma) [s] (``LatencyProfile.target_verify(gamma)``);
+    ``extra_verify_s`` decision-head time [s]; ``downlink_rate_bps`` [bit/s] or None
+    (downlink negligible). ``rate_bps``, ``rtt_s`` and ``downlink_rate_bps`` broadcast, so one
+    call prices many fading blocks; a float comes back for scalar inputs.
+    """
+    gamma = _check_int("gamma", gamma, 1)
+    rate = _positive("rate_bps", rate_bps)
+    rtt = _nonneg("rtt_s", rtt_s)
+    compute = _nonneg("compute times", [draft_token_s, target_verify_s, extra_verify_s])
+    trips = 2 if payload.extra_round_trip else 1
+    out = (
+        gamma * compute[0]
+        + compute[1]
+        + compute[2]
+        + (payload.uplink_bits + payload.extra_uplink_bits) / rate
+        + trips * rtt
+    )
+    if downlink_rate_bps is not None:
+        out = out + payload.downlink_bits / _positive("downlink_rate_bps", downlink_rate_bps)
+    out = np.asarray(out, dtype=float)
+    return float(out) if out.ndim == 0 else out
+
+
+def crossover_rtt(
+    gamma: int,
+    num_mismatches: float,
+    rate_bps,
+    hidden_size: int,
+    bits_per_value: int = 16,
+    p_any_mismatch: float | None = None,
+    downlink_rate_bps=None,
+):
+    """The RTT [s] below which SH is strictly faster than FH (at equal compute times).
+
+    Per round with m mismatches: SH beats FH iff RTT < (gamma - m) b_h / R (``p_any_mismatch``
+    left None; m = 0 gives +inf, SH always wins). In expectation over rounds, pass the mean
+    mismatch count E|M| as ``num_mismatches`` and P(M != {}) as ``p_any_mismatch``:
+    RTT* = (gamma - E|M|) b_h / (R P(M != {})). With a downlink rate, SH's request mask
+    (gamma bits per extra trip) is charged too. A result of 0 means FH is never slower.
+    """
+    gamma = _check_int("gamma", gamma, 1)
+    m = float(num_mismatches)
+    if not 0 <= m <= gamma:
+        raise ValueError(f"num_mismatches must lie in [0, gamma={gamma}], got {m}")
+    if p_any_mismatch is None:
+        p = 1.0 if m > 0 else 0.0
+    else:
+        p = float(p_any_mismatch)
+        if not 0 <= p <= 1:
+            raise ValueError(f"p_any_mismatch must lie in [0, 1], got {p}")
+        if m > 0 and p == 0:
+            raise ValueError("num_mismatches > 0 needs p_any_mismatch > 0")
+    rate = _positive("rate_bps", rate_bps)
+    saving = (gamma - m) * hidden_state_bits(hidden_size, bits_per_value) / rate
+    if downlink_rate_bps is not None:
+        saving = saving - p * gamma / _positive("downlink_rate_bps", downlink_rate_bps)
+    if p == 0:
+        out = np.where(saving > 0, np.inf, 0.0)
+    else:
+        out = np.maximum(saving, 0.0) / p
+    out = np.asarray(out, dtype=float)
+    return float(out) if out.ndim == 0 else out

@@ -1,0 +1,289 @@
+"""Channel-aware relabeling of draft/target mismatches (WISV, SPEC 4.2).
+
+The formulation below is this project's own reconstruction: the WISV paper's relabeling
+objective is not public (shared/research/wisv.md, sections 2 and 5.4).
+
+A mismatch j (the draft token differs from the target's) carries a soft risk r_j in [0, 1],
+the probability that accepting the draft token changes the final answer (label mining,
+SPEC 4.2). Under one CSI sample c the edge can
+
+- *repair* it (z_j = 1): commit the target's token, which ends the round early, so the answer
+  needs about one more interaction round, costing C_rep(c) seconds (``repair_cost_s``); or
+- *skip* it (z_j = 0): accept the draft token and risk the answer with probability r_j.
+
+Per group of mismatches (one prompt's response, J mismatches) we solve the boolean programme
+
+    min_z  sum_j z_j * C_rep(c) + lam * sum_j (1 - z_j) * r_j
+    s.t.   sum_j (1 - z_j) * r_j <= risk_budget * J           (only if risk_budget is given)
+           z in {0, 1}^J
+
+Units: ``lam`` is in **seconds per unit risk**, the latency one would pay to avoid one expected
+answer change. lam * r_j is then the expected accuracy cost of skipping j, expressed in
+seconds, and is directly comparable with C_rep(c). Without the budget the problem separates:
+repair j iff r_j > C_rep(c) / lam, so ``lam`` sets the risk that one repair round is worth, and a
+worse channel (larger C_rep) raises that bar. ``risk_budget`` is the mean skipped risk allowed
+per mismatch, i.e. the expected number of answer changes per mismatch: a hard accuracy guard
+that holds whatever the channel.
+
+Structure (used by the tests as a check, not by the code): for a fixed number k of repairs,
+repairing the k highest-risk mismatches both minimises the objective and maximises the slack in
+the budget, and the objective's increments C_rep - lam * r_(k) grow with k. The optimum is
+therefore "repair the top k", with k = max(k_free, k_budget): k_free = #{j : lam * r_j > C_rep}
+and k_budget the fewest repairs that meet the budget. k_free falls as C_rep grows, and k_budget
+does not depend on the channel, so a worse channel never makes fewer mismatches safe.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import cvxpy as cp
+import numpy as np
+import pandas as pd
+
+FEATURE_PREFIX = "phi_"
+"""Prefix of the CSI feature columns (phi(c) in SPEC 4.1) in ``relabel_over_csi``'s output."""
+
+_SOLVERS = ("HIGHS", "SCIPY")
+_FEASIBILITY_TOL = 1e-6
+_SOLVER_OPTIONS: dict[str, dict[str, Any]] = {
+    # A zero MIP gap makes the solver prove optimality (the default 1e-4 may stop early).
+    "HIGHS": {"output_flag": False, "mip_rel_gap": 0.0},
+    "SCIPY": {"scipy_options": {"mip_rel_gap": 0.0}},
+}
+
+
+class RelabelError(ValueError):
+    """The relabeling problem is infeasible, unsolved, or given invalid inputs."""
+
+
+def repair_cost_s(
+    rate_bps: float,
+    rtt_s: float,
+    gamma: int,
+    draft_token_s: float,
+    target_verify_s: float,
+    uplink_bits: float,
+) -> float:
+    """Latency [s] of one extra interaction round under this CSI: C_rep(c).
+
+    C_rep = gamma * draft_token_s + uplink_bits / rate_bps + target_verify_s + rtt_s,
+
+    i.e. the device drafts gamma tokens, uploads ``uplink_bits`` (the round's uplink payload
+    under the protocol in use, e.g. ids plus draft hidden states for FH) at the round's uplink
+    rate, the edge verifies, and the round trip adds ``rtt_s`` (which also covers the few-byte
+    downlink). Compute times come from the latency profile, never hard-coded (SPEC 5).
+    """
+    values = {
+        "rtt_s": rtt_s,
+        "draft_token_s": draft_token_s,
+        "target_verify_s": target_verify_s,
+        "uplink_bits": uplink_bits,
+    }
+    for name, value in values.items():
+        if not (math.isfinite(value) and value >= 0):
+            raise RelabelError(f"{name} must be finite and >= 0, got {value}")
+    if not (rate_bps > 0):
+        raise RelabelError(f"rate_bps must be > 0, got {rate_bps}")
+    if int(gamma) != gamma or gamma < 1:
+        raise RelabelError(f"gamma must be a positive integer, got {gamma}")
+    return float(gamma * draft_token_s + uplink_bits / rate_bps + target_verify_s + rtt_s)
+
+
+@lru_cache(maxsize=64)
+def _problem(num: int) -> tuple[cp.Problem, cp.Variable, dict[str, cp.Parameter]]:
+    """A parametrised (DPP) problem for J = num mismatches, compiled once and reused."""
+    z = cp.Variable(num, boolean=True)
+    params = {
+        "cost": cp.Parameter(nonneg=True),
+        "lam_risk": cp.Parameter(num, nonneg=True),
+        "risk": cp.Parameter(num, nonneg=True),
+        "budget": cp.Parameter(),
+    }
+    objective = cp.Minimize(params["cost"] * cp.sum(z) + params["lam_risk"] @ (1 - z))
+    constraints = [params["risk"] @ (1 - z) <= params["budget"]]
+    return cp.Problem(objective, constraints), z, params
+
+
+def relabel_mismatches(
+    risk: np.ndarray,
+    repair_cost_s: float,
+    lam: float,
+    risk_budget: float | None,
+    solver: str = "HIGHS",
+) -> np.ndarray:
+    """Solve the relabeling programme (module docstring) for one group; True = repair.
+
+    ``risk`` [J] in [0, 1]; ``repair_cost_s`` = C_rep(c) in seconds; ``lam`` in seconds per
+    unit risk; ``risk_budget`` the allowed mean skipped risk per mismatch (None: no budget).
+    The boolean programme is solved with cvxpy, by ``solver`` first ("HIGHS") and, should that
+    fail or be missing, by the other of HIGHS/SCIPY. Raises RelabelError if the budget is
+    infeasible (only a negative budget is: repairing everything skips no risk).
+    """
+    risk = np.asarray(risk, dtype=np.float64)
+    if risk.ndim != 1:
+        raise RelabelError(f"risk must be 1-D, got shape {risk.shape}")
+    if not np.all(np.isfinite(risk)) or np.any(risk < 0) or np.any(risk > 1):
+        raise RelabelError("risk must lie in [0, 1]")
+    if not (math.isfinite(repair_cost_s) and repair_cost_s >= 0):
+        raise RelabelError(f"repair_cost_s must be finite and >= 0, got {repair_cost_s}")
+    if not (math.isfinite(lam) and lam >= 0):
+        raise RelabelError(f"lam must be finite and >= 0 (seconds per unit risk), got {lam}")
+    if risk_budget is not None and not math.isfinite(risk_budget):
+        raise RelabelError(f"risk_budget must be finite or None, got {risk_budget}")
+    num = risk.shape[0]
+    if num == 0:
+        return np.zeros(0, dtype=bool)
+
+    problem, z, params = _problem(num)
+    params["cost"].value = float(repair_cost_s)
+    params["lam_risk"].value = lam * risk
+    params["risk"].value = risk
+    # Without a budget the constraint is made slack: skipping everything skips sum(risk).
+    bound = float(risk.sum()) + 1.0 if risk_budget is None else float(risk_budget) * num
+    params["budget"].value = bound
+
+    order = [solver] + [s for s in _SOLVERS if s != solver]
+    installed = set(cp.installed_solvers())
+    errors = []
+    for name in order:
+        if name not in installed:
+            errors.append(f"{name}: not installed")
+            continue
+        try:
+            problem.solve(solver=name, **_SOLVER_OPTIONS.get(name, {}))
+        except cp.error.SolverError as exc:
+            errors.append(f"{name}: {exc}")
+            continue
+        status = problem.status
+        if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+            raise RelabelError(
+                f"relabeling infeasible: risk_budget={risk_budget} allows a total skipped risk "
+                f"of {bound:g} over {num} mismatches; the budget must be >= 0"
+            )
+        if status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) and z.value is not None:
+            decision = np.asarray(z.value) > 0.5
+            skipped = float(risk[~decision].sum())
+            if skipped > bound + _FEASIBILITY_TOL * max(1.0, num):
+                raise RelabelError(f"{name} returned a solution that breaks the budget")
+            return decision
+        errors.append(f"{name}: status {status}")
+    raise RelabelError("relabeling not solved: " + "; ".join(errors))
+
+
+def _check_csi_samples(csi_samples: Sequence[Mapping[str, Any]]) -> list[str]:
+    if len(csi_samples) == 0:
+        raise RelabelError("csi_samples is empty")
+    names: list[str] | None = None
+    for i, sample in enumerate(csi_samples):
+        if "features" not in sample or "repair_cost_s" not in sample:
+            raise RelabelError(f"csi sample {i} needs 'features' and 'repair_cost_s'")
+        keys = list(sample["features"])
+        if names is None:
+            names = keys
+        elif set(keys) != set(names):
+            raise RelabelError(f"csi sample {i} has features {keys}, expected {names}")
+    return list(names or [])
+
+
+def relabel_over_csi(
+    mismatches: pd.DataFrame,
+    csi_samples: Sequence[Mapping[str, Any]],
+    lam: float,
+    risk_budget: float | None,
+    group_by: str = "prompt_id",
+    solver: str = "HIGHS",
+) -> pd.DataFrame:
+    """Relabel every mismatch under every CSI sample: one optimisation per (sample, group).
+
+    ``mismatches`` has columns ``group_by`` (prompt id), ``risk`` (soft risk in [0, 1]) and
+    ``label`` (base label, 0 safe / 1 important); if ``risk`` is absent the hard label is used
+    as the risk. Each CSI sample is ``{"features": {name: value}, "repair_cost_s": float}``
+    (features e.g. from ``edgespec.channel.csi_features``).
+
+    Returns one row per (mismatch, CSI sample), ordered by sample then mismatch, with columns
+    ``mismatch`` (the index label in ``mismatches``), ``group_by``, ``csi_sample`` (position in
+    ``csi_samples``), ``phi_<name>`` per CSI feature, ``repair_cost_s``, ``risk``, ``label``
+    (base) and ``label_csi`` (1 = repair/important, 0 = safe to accept under this CSI).
+    """
+    if group_by not in mismatches.columns:
+        raise RelabelError(f"mismatches lacks the group column {group_by!r}")
+    if "risk" in mismatches.columns:
+        risk = mismatches["risk"].to_numpy(dtype=np.float64)
+    elif "label" in mismatches.columns:
+        risk = mismatches["label"].to_numpy(dtype=np.float64)
+    else:
+        raise RelabelError("mismatches needs a 'risk' or a 'label' column")
+    names = _check_csi_samples(csi_samples)
+    if "label" in mismatches.columns:
+        base = mismatches["label"].to_numpy()
+    else:
+        base = np.full(len(mismatches), -1)
+
+    groups = mismatches[group_by].to_numpy()
+    positions = pd.Series(np.arange(len(mismatches))).groupby(groups, sort=False).indices
+    frames = []
+    for sample_id, sample in enumerate(csi_samples):
+        cost = float(sample["repair_cost_s"])
+        repair = np.zeros(len(mismatches), dtype=bool)
+        for group, pos in positions.items():
+            try:
+                repair[pos] = relabel_mismatches(risk[pos], cost, lam, risk_budget, solver)
+            except RelabelError as exc:
+                raise RelabelError(f"csi sample {sample_id}, {group_by}={group!r}: {exc}") from exc
+        frame = {
+            "mismatch": mismatches.index.to_numpy(),
+            group_by: groups,
+            "csi_sample": np.full(len(mismatches), sample_id),
+        }
+        for name in names:
+            frame[FEATURE_PREFIX + name] = np.full(len(mismatches), sample["features"][name])
+        frame.update(
+            {
+                "repair_cost_s": np.full(len(mismatches), cost),
+                "risk": risk,
+                "label": base,
+                "label_csi": repair.astype(np.int64),
+            }
+        )
+        frames.append(pd.DataFrame(frame))
+    return pd.concat(frames, ignore_index=True)
+
+
+def csi_feature_columns(relabeled: pd.DataFrame) -> list[str]:
+    """The ``phi_<name>`` CSI feature columns of a ``relabel_over_csi`` result, in order."""
+    return [c for c in relabeled.columns if str(c).startswith(FEATURE_PREFIX)]
+
+
+def safe_fraction_by_channel(relabeled: pd.DataFrame) -> pd.DataFrame:
+    """Per CSI sample: how many mismatches became safe, sorted by repair cost.
+
+    Columns: ``csi_sample``, the CSI feature columns, ``repair_cost_s``, ``n_mismatches``,
+    ``n_safe``, ``safe_fraction`` and ``skipped_risk_mean`` (mean risk skipped per mismatch,
+    the quantity the risk budget bounds).
+    """
+    features = csi_feature_columns(relabeled)
+    frame = relabeled.assign(
+        _safe=(relabeled["label_csi"] == 0).astype(np.int64),
+        _skipped_risk=np.where(relabeled["label_csi"] == 0, relabeled["risk"], 0.0),
+    )
+    out = frame.groupby(["csi_sample", *features, "repair_cost_s"], sort=False, dropna=False).agg(
+        n_mismatches=("_safe", "size"),
+        n_safe=("_safe", "sum"),
+        skipped_risk_mean=("_skipped_risk", "mean"),
+    )
+    out = out.reset_index()
+    out["safe_fraction"] = out["n_safe"] / out["n_mismatches"]
+    columns = [
+        "csi_sample",
+        *features,
+        "repair_cost_s",
+        "n_mismatches",
+        "n_safe",
+        "safe_fraction",
+        "skipped_risk_mean",
+    ]
+    return out[columns].sort_values(["repair_cost_s", "csi_sample"], ignore_index=True)

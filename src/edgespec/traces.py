@@ -1,0 +1,117 @@
+"""Per-token traces of standard HLM decoding, the raw material of calibration and k* (SPEC 3).
+
+Every token is transmitted with its full distribution (u_th = 0, k = |V|), so for each token the
+trace holds what later stages need: x_d, y_d, beta_d, u(t), argmax agreement, entropies, the
+top-k mass S_k, the reconstruction error N_k and the measured TVD(r, r_hat_k) over a k grid,
+and the last-layer hidden states of both models at the drafted position (the states that
+produced x(t) and y(t)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from edgespec.compression import resampling_distortion, topk_mass_and_error
+from edgespec.engine import DecodingConfig, TokenStep, UploadFull, generate_tokenwise
+from edgespec.uncertainty import entropy
+
+
+@dataclass
+class TraceResult:
+    tokens: pd.DataFrame
+    draft_hidden: np.ndarray | None
+    target_hidden: np.ndarray | None
+    generated: list[list[int]]
+
+
+def effective_k_grid(k_grid: Sequence[int], vocab_size: int) -> list[int]:
+    """The configured grid restricted to 1..|V|, always ending with |V| (standard HLM)."""
+    grid = sorted({k for k in k_grid if 1 <= k < vocab_size} | {vocab_size})
+    return grid
+
+
+def collect_traces(
+    draft: torch.nn.Module,
+    target: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    prompt_ids: Sequence[str],
+    cfg: DecodingConfig,
+    k_grid: Sequence[int],
+    uncertainty_samples: int,
+    theta_max: float,
+    generator: torch.Generator,
+    hidden_dtype=np.float16,
+) -> TraceResult:
+    """Decode ``prompts`` with standard HLM and record one row per generated token."""
+    rows: list[dict] = []
+    draft_hidden: list[np.ndarray] = []
+    target_hidden: list[np.ndarray] = []
+    vocab = None
+    grid: list[int] = []
+    progress = tqdm(total=len(prompts) * cfg.max_new_tokens, desc="trace tokens", unit="tok")
+
+    def record(step: TokenStep) -> None:
+        nonlocal vocab, grid
+        x, y, d = step.draft_probs, step.target_probs, step.draft_tokens
+        if vocab is None:
+            vocab = x.shape[-1]
+            grid = effective_k_grid(k_grid, vocab)
+        x_d = x.gather(1, d.unsqueeze(1)).squeeze(1)
+        y_d = y.gather(1, d.unsqueeze(1)).squeeze(1)
+        beta = (1 - y_d / x_d.clamp_min(torch.finfo(x_d.dtype).tiny)).clamp(0, 1)
+        mass, error = topk_mass_and_error(x, grid)
+        tvd = resampling_distortion(x.double(), y.double(), grid)
+        columns = {
+            "prompt_id": [prompt_ids[i] for i in step.prompt_indices],
+            "position": step.position.tolist(),
+            "draft_token": d.tolist(),
+            "committed_token": step.committed.tolist(),
+            "accepted": step.accepted.tolist(),
+            "x_d": x_d.tolist(),
+            "y_d": y_d.tolist(),
+            "beta": beta.tolist(),
+            "u": step.uncertainty.tolist(),
+            "draft_is_target_argmax": (d == y.argmax(-1)).tolist(),
+            "draft_is_draft_argmax": (d == x.argmax(-1)).tolist(),
+            "entropy_draft": entropy(x).tolist(),
+            "entropy_target": entropy(y).tolist(),
+        }
+        for j, k in enumerate(grid):
+            columns[f"mass_{k}"] = mass[:, j].tolist()
+            columns[f"nk_{k}"] = error[:, j].tolist()
+            columns[f"tvd_{k}"] = tvd[:, j].tolist()
+        rows.extend(
+            dict(zip(columns, vals, strict=True)) for vals in zip(*columns.values(), strict=True)
+        )
+        if step.draft_hidden is not None:
+            draft_hidden.append(step.draft_hidden.float().numpy().astype(hidden_dtype))
+            target_hidden.append(step.target_hidden.float().numpy().astype(hidden_dtype))
+        progress.update(len(step.prompt_indices))
+
+    generated = generate_tokenwise(
+        prompts,
+        cfg,
+        generator,
+        draft=draft,
+        target=target,
+        policy=UploadFull(uncertainty_samples=uncertainty_samples, theta_max=theta_max),
+        on_step=record,
+    )
+    progress.close()
+    table = pd.DataFrame(rows)
+    if not table.empty:
+        table = table.sort_values(["prompt_id", "position"], kind="stable")
+        order = table.index.to_numpy()
+        table = table.reset_index(drop=True)
+    else:
+        order = np.arange(0)
+    dh = np.concatenate(draft_hidden)[order] if draft_hidden else None
+    th = np.concatenate(target_hidden)[order] if target_hidden else None
+    table.attrs["k_grid"] = grid
+    return TraceResult(table, dh, th, generated)

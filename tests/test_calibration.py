@@ -1,0 +1,173 @@
+"""Linear rejection model and skip thresholds (SPEC 3.3)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from edgespec.calibration import (
+    SKIP_NOTHING_THRESHOLD,
+    CalibrationError,
+    LinearFit,
+    binned_rejection,
+    empirical_risk,
+    fit_rejection_model,
+    predicted_risk,
+    rejectable_fraction,
+    risk_averse_threshold,
+    risk_budget_threshold,
+    risk_prone_threshold,
+    threshold_table,
+)
+
+# Hand-computed example: with a = 0.8, b = -0.1 the clipped predictions are [0, .1, .3, .5, .7].
+U5 = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+BETA5 = np.array([0.0, 0.1, 0.2, 0.5, 0.9])
+FIT5 = LinearFit(a=0.8, b=-0.1, r2=float("nan"), pearson_r=float("nan"), n=5)
+
+
+def synthetic(n=4000, a=0.6, b=0.2, noise=0.05, seed=0):
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, 21, n) / 20
+    beta = a * u + b + noise * rng.standard_normal(n)
+    return u, beta
+
+
+def test_linear_fit_recovers_slope_and_intercept():
+    u, beta = synthetic()
+    fit = fit_rejection_model(u, beta)
+    assert fit.a == pytest.approx(0.6, abs=0.01)
+    assert fit.b == pytest.approx(0.2, abs=0.01)
+    assert fit.n == len(u)
+    assert fit.pearson_r == pytest.approx(np.corrcoef(u, beta)[0, 1])
+    assert fit.r2 == pytest.approx(fit.pearson_r**2)  # simple regression: R^2 = r^2
+    assert fit.r2 > 0.9
+
+
+def test_linear_fit_exact_line():
+    fit = fit_rejection_model([0, 0.5, 1], [-0.066, 0.3415, 0.749])
+    assert (fit.a, fit.b) == (pytest.approx(0.815), pytest.approx(-0.066))
+    assert fit.r2 == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "u, beta, match",
+    [([0.1, 0.2], [0.0, 0.1], "at least 3"), ([0.5, 0.5, 0.5], [0.0, 0.1, 0.2], "constant")],
+)
+def test_linear_fit_rejects_degenerate_data(u, beta, match):
+    with pytest.raises(CalibrationError, match=match):
+        fit_rejection_model(u, beta)
+
+
+def test_risk_averse_and_risk_prone_thresholds_by_hand():
+    paper = LinearFit(a=0.815, b=-0.066, r2=0.0, pearson_r=0.0, n=0)
+    assert risk_averse_threshold(paper) == pytest.approx(0.066 / 0.815)
+    assert risk_averse_threshold(paper) == pytest.approx(0.0810, abs=5e-5)
+    assert risk_prone_threshold(paper, 0.596) == pytest.approx(0.8123, abs=5e-5)
+    simple = LinearFit(a=0.5, b=-0.1, r2=0.0, pearson_r=0.0, n=0)
+    assert risk_averse_threshold(simple) == pytest.approx(0.2)
+    assert risk_prone_threshold(simple, 0.4) == pytest.approx(1.0)
+    flat = LinearFit(a=0.0, b=0.1, r2=0.0, pearson_r=0.0, n=0)
+    with pytest.raises(CalibrationError, match="slope"):
+        risk_averse_threshold(flat)
+    with pytest.raises(CalibrationError, match="slope"):
+        risk_prone_threshold(flat, 0.5)
+    with pytest.raises(CalibrationError, match="delta"):
+        risk_prone_threshold(simple, 1.5)
+
+
+def test_rejectable_fraction():
+    assert rejectable_fraction([0.5, 0.2, 0.3, 0.1], [0.4, 0.2, 0.6, 0.05]) == 0.5
+
+
+def test_predicted_and_empirical_risk_by_hand():
+    predicted = predicted_risk(FIT5, U5, 0.5)
+    assert predicted.skip_fraction == pytest.approx(0.6)
+    assert predicted.risk == pytest.approx((0 + 0.1 + 0.3) / 3)
+    measured = empirical_risk(U5, BETA5, 0.5)
+    assert measured.skip_fraction == pytest.approx(0.6)
+    assert measured.risk == pytest.approx(0.1)
+    assert tuple(predicted_risk(FIT5, U5, -0.5)) == (0.0, 0.0)
+    assert tuple(empirical_risk(U5, BETA5, -0.5)) == (0.0, 0.0)
+    assert empirical_risk(U5, BETA5, 1.0).risk == pytest.approx(BETA5.mean())
+
+
+def test_risk_budget_threshold_by_hand():
+    # predicted risks at 0, .25, .5, .75, 1: 0, .05, .1333, .225, .32
+    assert risk_budget_threshold(U5, BETA5, FIT5, 0.12) == 0.25
+    assert risk_budget_threshold(U5, BETA5, FIT5, 0.14) == 0.5
+    # empirical risks: 0, .05, .1, .2, .34
+    assert risk_budget_threshold(U5, BETA5, FIT5, 0.12, use="empirical") == 0.5
+    assert risk_budget_threshold(U5, BETA5, FIT5, 1.0, use="empirical") == 1.0
+    # u = 0 observed and already too risky: skip nothing
+    risky = np.array([0.3, 0.1, 0.2, 0.5, 0.9])
+    assert risk_budget_threshold(U5, risky, FIT5, 0.1, use="empirical") == SKIP_NOTHING_THRESHOLD
+    # u = 0 not observed: 0 skips nothing and is always within budget
+    assert risk_budget_threshold(U5[1:], risky[1:], FIT5, 0.0, use="empirical") == 0.0
+    with pytest.raises(CalibrationError):
+        risk_budget_threshold(U5, BETA5, FIT5, 0.1, use="oracle")
+
+
+@pytest.mark.parametrize("use", ["predicted", "empirical"])
+def test_risk_budget_threshold_matches_scan_and_is_monotone(use):
+    u, beta = synthetic(n=500, a=0.8, b=-0.1, noise=0.15, seed=3)
+    beta = np.clip(beta, 0, 1)
+    fit = fit_rejection_model(u, beta)
+    risk_of = {
+        "predicted": lambda th: predicted_risk(fit, u, th).risk,
+        "empirical": lambda th: empirical_risk(u, beta, th).risk,
+    }[use]
+    candidates = sorted({0.0, *u.tolist()})
+    previous = -math.inf
+    for eps in np.linspace(0, 0.6, 25):
+        got = risk_budget_threshold(u, beta, fit, eps, use=use)
+        feasible = [th for th in candidates if risk_of(th) <= eps]
+        assert got == (max(feasible) if feasible else SKIP_NOTHING_THRESHOLD)
+        assert got >= previous
+        previous = got
+
+
+def test_binned_rejection_per_distinct_value():
+    u = np.array([0.0, 0.0, 0.0, 0.5, 0.5, 1.0])
+    beta = np.array([0.0, 0.1, 0.2, 0.4, 0.6, 0.9])
+    table = binned_rejection(u, beta, confidence=0.9)
+    assert table["u_mean"].tolist() == [0.0, 0.5, 1.0]
+    assert table["count"].tolist() == [3, 2, 1]
+    assert table["beta_mean"].to_numpy() == pytest.approx([0.1, 0.5, 0.9])
+    half = stats.t.ppf(0.95, 2) * 0.1 / math.sqrt(3)
+    assert table.loc[0, "ci_low"] == pytest.approx(max(0.0, 0.1 - half))
+    assert table.loc[0, "ci_high"] == pytest.approx(0.1 + half)
+    assert math.isnan(table.loc[2, "ci_low"]) and math.isnan(table.loc[2, "ci_high"])
+
+
+def test_binned_rejection_bins_many_values():
+    rng = np.random.default_rng(1)
+    u = rng.random(1000)
+    beta = np.clip(u + 0.1 * rng.standard_normal(1000), 0, 1)
+    table = binned_rejection(u, beta, max_bins=10)
+    assert len(table) == 10
+    assert table["count"].sum() == 1000
+    assert (table["ci_low"] <= table["beta_mean"]).all()
+    assert (table["beta_mean"] <= table["ci_high"]).all()
+    assert table["u_mean"].is_monotonic_increasing
+
+
+def test_threshold_table():
+    table = threshold_table(U5, BETA5, FIT5, [0.12, 0.3], delta=0.4)
+    assert table["rule"].tolist() == [
+        "risk_averse",
+        "risk_prone",
+        "risk_budget_eps=0.12",
+        "risk_budget_eps=0.3",
+    ]
+    assert table["u_th"].to_numpy() == pytest.approx([0.125, 0.625, 0.25, 0.75])
+    assert table["skip_fraction"].to_numpy() == pytest.approx([0.2, 0.6, 0.4, 0.8])
+    assert table["empirical_risk"].to_numpy() == pytest.approx([0.0, 0.1, 0.05, 0.2])
+    assert table["predicted_risk"].to_numpy() == pytest.approx([0.0, 0.4 / 3, 0.05, 0.225])
+    assert (table.loc[2:, "predicted_risk"] <= table.loc[2:, "epsilon"]).all()
+    # delta defaults to the fraction with beta > 0 (4 of 5)
+    default = threshold_table(U5, BETA5, FIT5, [])
+    assert default.loc[1, "u_th"] == pytest.approx((0.8 + 0.1) / 0.8)

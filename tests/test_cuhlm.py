@@ -1,0 +1,373 @@
+"""CU-HLM variant evaluation: token records, losslessness, channel delays, metrics, scores."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from edgespec import scoring
+from edgespec.calibration import LinearFit
+from edgespec.channel import ChannelCondition
+from edgespec.cuhlm import (
+    TOKEN_COLUMNS,
+    apply_channel,
+    decode_variant,
+    relative_to,
+    text_scores,
+    token_gains,
+    uses_uncertainty,
+    variant_metrics,
+)
+from edgespec.datasets import PromptRecord
+from edgespec.delay import LatencyProfile
+from edgespec.engine import DecodingConfig
+from edgespec.policies import FixedK, FullUpload, ThresholdPolicy, build_policy
+
+VOCAB = 61
+FIT = LinearFit(a=0.8, b=-0.06, r2=0.5, pearson_r=0.7, n=100)
+PARAMS = {
+    "u_th_risk_averse": 0.1,
+    "u_th_risk_prone": 0.4,
+    "u_th": 0.3,
+    "fit": FIT,
+    "theta_tv": 0.2,
+    "k_star": 8,
+    "fixed_k": 4,
+    "random_skip_rate": 0.3,
+    "uncertainty_samples": 8,
+    "theta_max": 0.3,
+}
+PROFILE = LatencyProfile(draft_token_s=0.01, target_token_s=0.1, uncertainty_s=0.002)
+
+
+class Exploding(torch.nn.Module):
+    def forward(self, *args, **kwargs):
+        raise AssertionError("model called")
+
+
+def _prompts(seed: int, lengths=(5, 9, 3, 7)) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths]
+
+
+def _decode(variant, draft, target, policy, prompts=None, max_new=10, batch_size=3, seed=1):
+    prompts = prompts or _prompts(0)
+    ids = [f"p{i}" for i in range(len(prompts))]
+    cfg = DecodingConfig(max_new_tokens=max_new, temperature=1.0, batch_size=batch_size)
+    gen = torch.Generator().manual_seed(seed)
+    return decode_variant(variant, draft, target, prompts, ids, cfg, policy, gen)
+
+
+@pytest.mark.parametrize("variant", ["random_skip", "cuhlm_offline", "cuhlm_online"])
+def test_token_records_are_consistent(tiny_target, tiny_draft_close, variant):
+    policy = build_policy(variant, PARAMS)
+    table, completions = _decode(variant, tiny_draft_close, tiny_target, policy)
+    assert tuple(table.columns) == TOKEN_COLUMNS
+    assert len(table) == sum(len(c) for c in completions)
+    for i, completion in enumerate(completions):
+        rows = table[table.prompt_id == f"p{i}"].sort_values("position")
+        assert rows.position.tolist() == list(range(len(completion)))
+        assert rows.committed_token.tolist() == completion
+    skipped, uploaded = table.skipped.to_numpy(), table.uploaded.to_numpy()
+    assert (skipped != uploaded).all()
+    assert (table.k[skipped] == 0).all() and (table.k[uploaded] >= 1).all()
+    assert (table.committed_token[skipped] == table.draft_token[skipped]).all()
+    assert table.accepted[skipped].all()
+    accepted_up = table[uploaded & table.accepted.to_numpy()]
+    assert (accepted_up.committed_token == accepted_up.draft_token).all()
+    np.testing.assert_allclose(
+        table.accept_prob, np.minimum(1.0, table.y_d / table.x_d), rtol=1e-12
+    )
+    np.testing.assert_allclose(table.beta, 1.0 - table.accept_prob, atol=1e-15)
+    assert (table.measured_tvd[skipped | (table.k == VOCAB).to_numpy()] == 0).all()
+    assert ((table.measured_tvd >= 0) & (table.measured_tvd <= 1)).all()
+    if variant == "random_skip":
+        assert table.u.isna().all() and skipped.any() and uploaded.any()
+    else:
+        assert table.u.notna().all()
+        assert (table.u[skipped] <= PARAMS["u_th"]).all()
+        assert (table.u[uploaded] > PARAMS["u_th"]).all()
+    if variant == "cuhlm_offline":
+        assert (table.k[uploaded] == PARAMS["k_star"]).all()
+        compressed = table[uploaded]
+        assert (compressed.measured_tvd > 0).any()
+
+
+def test_slm_only_never_calls_target(tiny_draft_close):
+    table, completions = _decode("slm_only", tiny_draft_close, Exploding(), None)
+    assert all(len(c) == 10 for c in completions)
+    assert table.skipped.all() and not table.uploaded.any() and (table.k == 0).all()
+    assert table.y_d.isna().all() and table.beta.isna().all() and table.u.isna().all()
+    assert (table.x_d > 0).all()
+
+
+def test_llm_only_never_calls_draft(tiny_target):
+    table, completions = _decode("llm_only", Exploding(), tiny_target, None)
+    assert all(len(c) == 10 for c in completions)
+    assert not table.skipped.any() and not table.uploaded.any()
+    assert table.x_d.isna().all() and (table.draft_token == -1).all()
+
+
+def _assert_target_law(tokens, target, prompt, n):
+    with torch.no_grad():
+        law = torch.softmax(target(torch.tensor([prompt])).logits[0, -1], -1)
+    observed = torch.bincount(torch.tensor(tokens), minlength=VOCAB).double()
+    keep = law * n >= 5  # chi-square needs expected counts >= 5; pool the rest
+    exp, obs = law[keep] * n, observed[keep]
+    if (law[~keep] * n).sum() >= 5:
+        exp = torch.cat([exp, (law[~keep] * n).sum(0, keepdim=True)])
+        obs = torch.cat([obs, observed[~keep].sum(0, keepdim=True)])
+    assert chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue > 1e-3
+    assert 0.5 * (observed / n - law).abs().sum() < 0.07
+
+
+@pytest.mark.parametrize("variant", ["hlm", "llm_only"])
+def test_hlm_and_llm_only_are_target_distributed(tiny_target, tiny_draft_independent, variant):
+    prompt, n = [3, 17, 29], 2000
+    policy = build_policy(variant, PARAMS)
+    table, completions = _decode(
+        variant, tiny_draft_independent, tiny_target, policy, [prompt] * n, 1, n, seed=11
+    )
+    if variant == "hlm":
+        assert not table.accepted.all()  # the independent draft is rejected often
+    _assert_target_law([c[0] for c in completions], tiny_target, prompt, n)
+
+
+def test_threshold_zero_never_skips_uncertain_tokens(tiny_target, tiny_draft_close):
+    # A small theta_max makes the perturbed samples near-argmax, so u = 0 happens (when the
+    # sampled token is the argmax) as well as u > 0.
+    policy = ThresholdPolicy(0.0, FullUpload(), uncertainty_samples=8, theta_max=0.05)
+    table, _ = _decode("uhlm_risk_averse", tiny_draft_close, tiny_target, policy, max_new=12)
+    assert (table.u > 0).any() and (table.u == 0).any()
+    assert not table.skipped[table.u > 0].any()
+    assert table.skipped[table.u == 0].all()
+
+
+def test_full_k_cuhlm_equals_hlm_token_for_token(tiny_target, tiny_draft_close):
+    """Same seed, same uncertainty draws (M, theta_max): k = |V| without skip is HLM."""
+    params = {"uncertainty_samples": 8, "theta_max": 1.0}
+    hlm_table, hlm = _decode("hlm", tiny_draft_close, tiny_target, build_policy("hlm", params))
+    policy = ThresholdPolicy(None, FixedK(VOCAB), uncertainty_samples=8, theta_max=1.0)
+    cu_table, cu = _decode("cuhlm_offline", tiny_draft_close, tiny_target, policy)
+    assert cu == hlm
+    pd.testing.assert_frame_equal(cu_table, hlm_table)
+    assert (cu_table.measured_tvd == 0).all() and (cu_table.k == VOCAB).all()
+
+
+def _table(rows) -> pd.DataFrame:
+    base = {c: np.nan for c in TOKEN_COLUMNS}
+    base.update(k=0, uploaded=False, skipped=False, accepted=True, measured_tvd=0.0)
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_apply_channel_hand_computed_awgn():
+    # Rows deliberately out of order: delays come back in the table's order.
+    table = _table(
+        [
+            {"prompt_id": "p", "position": 2, "uploaded": True, "k": VOCAB},
+            {"prompt_id": "p", "position": 0, "uploaded": True, "k": 5},
+            {"prompt_id": "p", "position": 1, "skipped": True},
+        ]
+    )
+    cond = ChannelCondition(name="c", fading="awgn", bandwidth_hz=1e6, snr_db=10.0, rtt_s=0.02)
+    rate = 1e6 * math.log2(1 + 10.0)
+    per_entry = 8 + 6  # b_p + ceil(log2 61)
+    device = 0.01 + 0.002
+    edge = 0.1 + 0.02
+    expected = [
+        device + (VOCAB * per_entry + 6) / rate + edge,  # carries the skipped token's id
+        device + 5 * per_entry / rate + edge,
+        device,
+    ]
+    got = apply_channel(
+        table,
+        "cuhlm_online",
+        cond,
+        PROFILE,
+        VOCAB,
+        8,
+        np.random.default_rng(0),
+        True,
+        resync_bits_per_skipped=6,
+    )
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    no_unc = apply_channel(table, "hlm", cond, PROFILE, VOCAB, 8, np.random.default_rng(0), False)
+    np.testing.assert_allclose(no_unc, np.array(expected) - 0.002 - [6 / rate, 0, 0], rtol=1e-12)
+    assert not uses_uncertainty("hlm") and uses_uncertainty("cuhlm_online")
+
+
+def test_apply_channel_single_model_modes():
+    table = _table([{"prompt_id": "a", "position": i} for i in range(3)])
+    cond = ChannelCondition(name="r", fading="rayleigh", bandwidth_hz=1e6, snr_db=0.0, rtt_s=0.05)
+    llm = apply_channel(table, "llm_only", cond, PROFILE, VOCAB, 8, np.random.default_rng(0), False)
+    np.testing.assert_allclose(llm, [0.1] * 3)
+    slm = table.assign(skipped=True)
+    got = apply_channel(slm, "slm_only", cond, PROFILE, VOCAB, 8, np.random.default_rng(0), False)
+    np.testing.assert_allclose(got, [0.01] * 3)
+    with pytest.raises(ValueError, match="no uploads"):
+        apply_channel(
+            table.assign(uploaded=True, k=VOCAB),
+            "llm_only",
+            cond,
+            PROFILE,
+            VOCAB,
+            8,
+            np.random.default_rng(0),
+            False,
+        )
+
+
+def test_common_random_numbers_across_variants():
+    cond = ChannelCondition(name="r", fading="rayleigh", bandwidth_hz=1e6, snr_db=0.0)
+    rows = [{"prompt_id": p, "position": t} for t in range(4) for p in ("a", "b", "c")]
+    first = _table(rows)
+    shuffled = first.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    g1 = token_gains(first, cond, np.random.default_rng(42))
+    g2 = token_gains(shuffled, cond, np.random.default_rng(42))
+    key = list(zip(first.prompt_id, first.position, strict=True))
+    by_key = dict(zip(key, g1, strict=True))
+    assert [by_key[k] for k in zip(shuffled.prompt_id, shuffled.position, strict=True)] == list(g2)
+    assert len(set(g1)) == len(g1)  # independent draws per token
+    # Another variant with other completion lengths sees the same gain where both have a token.
+    other = _table(
+        [{"prompt_id": "a", "position": t} for t in range(7)] + [{"prompt_id": "c", "position": 0}]
+    )
+    g3 = token_gains(other, cond, np.random.default_rng(42))
+    for (p, t), g in zip(zip(other.prompt_id, other.position, strict=True), g3, strict=True):
+        if (p, t) in by_key:
+            assert g == by_key[(p, t)]
+    assert not np.array_equal(token_gains(first, cond, np.random.default_rng(43)), g1)
+    # Through apply_channel: two variants with equal token counts see the same rates.
+    full = first.assign(uploaded=True, k=VOCAB)
+    small = first.assign(uploaded=True, k=5)
+    d_full = apply_channel(full, "hlm", cond, PROFILE, VOCAB, 8, np.random.default_rng(42), False)
+    d_small = apply_channel(
+        small, "cuhlm_offline", cond, PROFILE, VOCAB, 8, np.random.default_rng(42), False
+    )
+    fixed = 0.01 + 0.1
+    np.testing.assert_allclose(VOCAB * 14 / (d_full - fixed), 5 * 14 / (d_small - fixed), rtol=1e-9)
+
+
+def test_variant_metrics_hand_built():
+    table = _table(
+        [
+            {"prompt_id": "a", "position": 0, "uploaded": True, "k": 10, "measured_tvd": 0.1},
+            {"prompt_id": "a", "position": 1, "skipped": True, "accept_prob": 0.9},
+            {
+                "prompt_id": "a",
+                "position": 2,
+                "uploaded": True,
+                "k": VOCAB,
+                "accepted": False,
+                "accept_prob": 0.2,
+            },
+            {"prompt_id": "b", "position": 0, "skipped": True, "accept_prob": 0.5},
+        ]
+    )
+    delays = np.array([1.0, 2.0, 3.0, 4.0])
+    m = variant_metrics(table, delays, VOCAB, 8)
+    bits = (10 + VOCAB) * 14
+    expected = {
+        "tokens": 4,
+        "num_prompts": 2,
+        "uploads": 2,
+        "total_delay_s": 10.0,
+        "throughput_tps": 0.4,
+        "mean_token_latency_s": 2.5,
+        "end_to_end_latency_s": 5.0,
+        "uplink_bits_per_token": bits / 4,
+        "uplink_bytes_per_token": bits / 32,
+        "skip_rate": 0.5,
+        "transmission_rate": 0.5,
+        "true_skip_rate": 0.7,
+        "vocab_compression": 1 - 35.5 / VOCAB,
+        "mean_k": 35.5,
+        "measured_tvd_mean": 0.05,
+        "acceptance_rate": 0.5,
+        "interaction_rounds_per_answer": 1.0,
+    }
+    assert m.keys() == expected.keys()
+    for key, value in expected.items():
+        assert m[key] == pytest.approx(value, rel=1e-12), key
+    # b's skipped token follows no upload, so only a's skipped id is resent.
+    with_resync = variant_metrics(table, delays, VOCAB, 8, resync_bits_per_skipped=6)
+    assert with_resync["uplink_bits_per_token"] == pytest.approx((bits + 6) / 4)
+    none_skipped = variant_metrics(
+        table.assign(skipped=False, uploaded=True, k=VOCAB), delays, VOCAB, 8
+    )
+    assert math.isnan(none_skipped["true_skip_rate"])
+    assert none_skipped["vocab_compression"] == 0.0
+
+
+def test_metrics_end_to_end_on_decoded_tables(tiny_target, tiny_draft_close):
+    cond = ChannelCondition(name="r", fading="rayleigh", bandwidth_hz=1e6, snr_db=10.0)
+    out = {}
+    for variant in ("hlm", "cuhlm_offline", "llm_only"):
+        table, _ = _decode(variant, tiny_draft_close, tiny_target, build_policy(variant, PARAMS))
+        delays = apply_channel(
+            table,
+            variant,
+            cond,
+            PROFILE,
+            VOCAB,
+            8,
+            np.random.default_rng(0),
+            uses_uncertainty(variant),
+        )
+        assert delays.shape == (len(table),) and (delays > 0).all()
+        out[variant] = variant_metrics(table, delays, VOCAB, 8)
+    rel = relative_to(out)
+    assert rel["hlm"]["throughput_gain"] == 1.0
+    assert rel["cuhlm_offline"]["uplink_bits_ratio"] < 1.0
+    assert rel["llm_only"]["throughput_gain"] > 0
+    assert "throughput_gain" not in out["hlm"]  # inputs are not modified
+
+
+def test_relative_to_ratios():
+    metrics = {
+        "hlm": {"throughput_tps": 2.0, "uplink_bits_per_token": 100.0, "exact_match": 0.8},
+        "cuhlm_online": {"throughput_tps": 8.0, "uplink_bits_per_token": 5.0, "exact_match": 0.6},
+    }
+    rel = relative_to(metrics)
+    assert rel["cuhlm_online"]["throughput_gain"] == 4.0
+    assert rel["cuhlm_online"]["uplink_bits_ratio"] == 0.05
+    assert rel["cuhlm_online"]["relative_exact_match"] == pytest.approx(0.75)
+    with pytest.raises(KeyError):
+        relative_to(metrics, reference="vanilla_sd")
+
+
+def _fake_embed(texts, batch_size=64):
+    """Deterministic bag-of-letters embeddings (no model download in unit tests)."""
+    out = torch.zeros(len(texts), 27)
+    for i, text in enumerate(texts):
+        for ch in text.lower():
+            out[i, ord(ch) - 97 if "a" <= ch <= "z" else 26] += 1
+    return torch.nn.functional.normalize(out + 1e-6, dim=-1)
+
+
+def test_text_scores(monkeypatch):
+    monkeypatch.setattr(scoring, "embed", _fake_embed)
+    records = [
+        PromptRecord("q1", "What is 6*7?", "6*7 = 42", "42", "arithmetic", "arithmetic"),
+        PromptRecord("q2", "Say hi", None, None, "instruction", "instructions"),
+        {"id": "q3", "task": "qa", "reference": "Paris", "gold_answer": "Paris"},
+    ]
+    texts = ["The answer is 42", "hello there", "It is Lyon"]
+    llm = ["so 6*7 = 42", "hello there", "Paris"]
+    frame = text_scores(texts, records, llm)
+    assert frame.prompt_id.tolist() == ["q1", "q2", "q3"]
+    assert frame.exact_match[0] == 1.0 and frame.exact_match[2] == 0.0
+    assert math.isnan(frame.exact_match[1])
+    assert frame.semantic_reference.tolist() == ["dataset", "llm_only", "dataset"]
+    assert frame.semantic_accuracy[1] == pytest.approx(1.0)  # vs the identical LLM output
+    assert frame.similarity_to_llm[1] == pytest.approx(1.0)
+    assert frame.similarity_to_llm[0] < 1.0
+    assert frame.answer_fidelity.tolist() == [1.0, 1.0, 0.0]
+    alone = text_scores(texts, records, None)
+    assert alone.similarity_to_llm.isna().all() and alone.answer_fidelity.isna().all()
+    assert math.isnan(alone.semantic_accuracy[1]) and pd.isna(alone.semantic_reference[1])

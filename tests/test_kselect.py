@@ -1,0 +1,347 @@
+"""Top-k choice for CU-HLM: reconstruction errors, bounds, online k(t), offline k* (SPEC 3.4)."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from edgespec.calibration import LinearFit
+from edgespec.compression import (
+    reconstruct_topk,
+    resampling_distortion,
+    topk_mass_and_error,
+    upload_bits,
+)
+from edgespec.kselect import (
+    InfeasibleBudgetError,
+    _stdout_fd_silenced,
+    beta_hat,
+    online_bound_denominator,
+    online_k,
+    optimize_k_star,
+    provable_bound,
+    reconstruction_errors_all_k,
+    softplus,
+)
+from edgespec.sampling import rejection_probability
+
+FIT = LinearFit(a=0.8, b=-0.05, r2=float("nan"), pearson_r=float("nan"), n=0)
+LATENCY = {
+    "draft_s": 0.01,
+    "uncertainty_s": 0.001,
+    "target_s": 0.05,
+    "rtt_s": 0.02,
+    "mean_uplink_rate_bps": 1e6,
+    "prob_bits": 8,
+    "vocab_size": 64,
+}
+
+
+def random_distributions(batch, vocab, seed, scale=3.0):
+    gen = torch.Generator().manual_seed(seed)
+    logits = scale * torch.randn(batch, vocab, generator=gen, dtype=torch.float64)
+    return torch.softmax(logits, dim=-1)
+
+
+def brute_force_errors(probs):
+    vocab = probs.shape[-1]
+    return torch.stack(
+        [(probs - reconstruct_topk(probs, k)).abs().sum(-1) for k in range(1, vocab + 1)], dim=1
+    )
+
+
+def test_softplus_values():
+    assert softplus(-1.0) == pytest.approx(0.313261687518)
+    assert softplus(0.0) == pytest.approx(math.log(2))
+    assert softplus(1.0, eta=2.0) == pytest.approx(math.log1p(math.exp(2)) / 2)
+    assert softplus(800.0) == pytest.approx(800.0)  # no overflow
+    z = torch.tensor([-3.0, 0.0, 2.0], dtype=torch.float64)
+    assert softplus(z).numpy() == pytest.approx(softplus(z.numpy()))
+    assert online_bound_denominator(0.0, 1.0) == pytest.approx(softplus(-1.0))
+    assert online_bound_denominator(1.0, 0.0) == pytest.approx(math.log(2))
+    assert beta_hat(np.array([0.0, 0.5, 2.0]), FIT) == pytest.approx([0.0, 0.35, 1.0])
+
+
+def test_reconstruction_errors_match_brute_force():
+    probs = random_distributions(6, 40, seed=0)
+    ties = torch.tensor([[0.25, 0.25, 0.125, 0.125, 0.125, 0.125] + [0.0] * 4])
+    more_ties = torch.tensor([[0.4] * 2 + [0.05] * 4 + [0.0] * 4])
+    ties = torch.cat([ties, torch.full((1, 10), 0.1), more_ties])
+    one_hot = torch.nn.functional.one_hot(torch.tensor([3]), 10).double()
+    for case in (probs, ties.double(), one_hot, random_distributions(3, 10, seed=1, scale=0.0)):
+        got = reconstruction_errors_all_k(case)
+        assert got.shape == case.shape and got.dtype == torch.float64
+        torch.testing.assert_close(got, brute_force_errors(case), atol=1e-12, rtol=0)
+        assert (got[:, -1] == 0).all()
+    assert (reconstruction_errors_all_k(one_hot) == 0).all()
+    # agrees with the grid version in compression.py
+    grid = [1, 2, 5, 17, 39, 40]
+    _, grid_errors = topk_mass_and_error(probs, grid)
+    all_k = reconstruction_errors_all_k(probs)
+    torch.testing.assert_close(all_k[:, [k - 1 for k in grid]], grid_errors, atol=1e-12, rtol=0)
+
+
+def test_reconstruction_errors_float32_input():
+    probs = random_distributions(4, 30, seed=2).float()
+    expected = brute_force_errors(probs.double())
+    torch.testing.assert_close(reconstruction_errors_all_k(probs), expected, atol=1e-6, rtol=0)
+
+
+def brute_force_online_k(probs, tokens, u, fit, theta, k_max=None):
+    vocab = probs.shape[1]
+    cap = vocab if k_max is None else k_max
+    out = []
+    for row in range(probs.shape[0]):
+        x = probs[row : row + 1]
+        x_d = float(x[0, tokens[row]])
+        b = min(1.0, max(0.0, fit.a * float(u[row]) + fit.b))
+        den = (1 - x_d) * math.log1p(math.exp(-1)) + x_d * math.log1p(math.exp(-b))
+        chosen = cap
+        for k in range(1, cap + 1):
+            if float((x - reconstruct_topk(x, k)).abs().sum()) / den <= theta:
+                chosen = k
+                break
+        out.append(chosen)
+    return torch.tensor(out)
+
+
+@pytest.mark.parametrize("theta, k_max", [(0.1, None), (0.02, None), (0.3, None), (0.02, 5)])
+def test_online_k_matches_brute_force(theta, k_max):
+    probs = random_distributions(12, 32, seed=4, scale=2.5)
+    gen = torch.Generator().manual_seed(5)
+    tokens = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+    u = torch.randint(0, 21, (12,), generator=gen) / 20
+    got = online_k(probs, tokens, u, FIT, theta, k_max=k_max)
+    assert got.dtype == torch.long
+    assert torch.equal(got, brute_force_online_k(probs, tokens, u, FIT, theta, k_max))
+
+
+def test_online_k_more_uncertain_tokens_send_more():
+    probs = random_distributions(1, 32, seed=6).expand(2, 32)
+    tokens = probs[0].argmax().expand(2)
+    k = online_k(probs, tokens, torch.tensor([0.0, 1.0]), FIT, 0.05)
+    assert k[0] <= k[1]
+    assert online_k(torch.full((1, 8), 1 / 8), torch.tensor([0]), 0.5, FIT, 0.0).item() == 1
+
+
+def test_provable_bound_holds_on_random_pairs():
+    grid = [1, 2, 4, 8, 16, 31, 32]
+    x = random_distributions(200, 32, seed=7, scale=2.0)
+    y = random_distributions(200, 32, seed=8, scale=2.0)
+    y = torch.where(torch.arange(200).unsqueeze(1) % 3 == 0, 0.7 * x + 0.3 * y, y)  # close pairs
+    tokens = torch.multinomial(x, 1, generator=torch.Generator().manual_seed(9)).squeeze(1)
+    beta = rejection_probability(tokens, x, y)
+    x_d = x.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    tvd = resampling_distortion(x, y, grid)
+    _, nk = topk_mass_and_error(x, grid)
+    bound = provable_bound(nk, x_d.unsqueeze(1), beta.unsqueeze(1))
+    assert (tvd <= bound + 1e-9).all()
+    as_numpy = provable_bound(nk.numpy(), x_d.numpy()[:, None], beta.numpy()[:, None])
+    np.testing.assert_allclose(as_numpy, bound.numpy())
+    assert provable_bound(0.0, 0.5, 0.0) == 0.0
+    assert provable_bound(0.1, 0.5, 0.0) == math.inf
+    assert provable_bound(0.1, 0.5, 0.4) == pytest.approx(0.5)
+
+
+def synthetic_trace(n=240, vocab=64, seed=11):
+    """A standard-HLM calibration trace with every token transmitted (columns as the engine's)."""
+    grid = [1, 2, 4, 8, 16, 32, 64]
+    gen = torch.Generator().manual_seed(seed)
+    scale = 1.0 + 4.0 * torch.rand(n, 1, generator=gen, dtype=torch.float64)
+    logits = scale * torch.randn(n, vocab, generator=gen, dtype=torch.float64)
+    x = torch.softmax(logits, -1)
+    y = torch.softmax(logits + torch.randn(n, vocab, generator=gen, dtype=torch.float64), -1)
+    tokens = torch.multinomial(x, 1, generator=gen).squeeze(1)
+    beta = rejection_probability(tokens, x, y)
+    noisy = beta + 0.15 * torch.randn(n, generator=gen, dtype=torch.float64)
+    u = (noisy.clamp(0, 1) * 20).round() / 20
+    mass, nk = topk_mass_and_error(x, grid)
+    tvd = resampling_distortion(x, y, grid)
+    x_d = x.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    y_d = y.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    frame = {
+        "u": u.numpy(),
+        "beta": beta.numpy(),
+        "x_d": x_d.numpy(),
+        "y_d": y_d.numpy(),
+        "draft_is_target_argmax": (tokens == y.argmax(-1)).numpy(),
+    }
+    for i, k in enumerate(grid):
+        frame[f"nk_{k}"] = nk[:, i].numpy()
+        frame[f"tvd_{k}"] = tvd[:, i].numpy()
+        frame[f"mass_{k}"] = mass[:, i].numpy()
+    return pd.DataFrame(frame), grid
+
+
+def brute_force_k_star(trace, grid, fit, theta, latency, thresholds, risk_budget=None):
+    """Enumerate (k, u_th) pairs; ties go to the smallest u_th, then the smallest k."""
+    index_bits = math.ceil(math.log2(latency["vocab_size"]))
+    best = None
+    for th, k in itertools.product(thresholds, grid):
+        tx = trace if th is None else trace[trace["u"] > th]
+        skipped = trace.iloc[0:0] if th is None else trace[trace["u"] <= th]
+        if risk_budget is not None and len(skipped) and skipped["beta"].mean() > risk_budget:
+            continue
+        b = np.clip(fit.a * tx["u"] + fit.b, 0, 1)
+        den = (1 - tx["x_d"]) * np.log1p(np.exp(-1)) + tx["x_d"] * np.log1p(np.exp(-b))
+        if len(tx) and (tx[f"nk_{k}"] / den).mean() > theta:
+            continue
+        p_tx = len(tx) / len(trace)
+        bits = k * (latency["prob_bits"] + index_bits)
+        cost = (
+            latency["draft_s"]
+            + latency["uncertainty_s"]
+            + p_tx
+            * (bits / latency["mean_uplink_rate_bps"] + latency["target_s"] + latency["rtt_s"])
+        )
+        if best is None or cost < best[0]:
+            best = (cost, k, th)
+    return best
+
+
+def mean_online_bounds(trace, grid, fit):
+    b = np.clip(fit.a * trace["u"] + fit.b, 0, 1)
+    den = (1 - trace["x_d"]) * np.log1p(np.exp(-1)) + trace["x_d"] * np.log1p(np.exp(-b))
+    return np.array([(trace[f"nk_{k}"] / den).mean() for k in grid])
+
+
+@pytest.fixture(scope="module")
+def trace_and_grid():
+    return synthetic_trace()
+
+
+@pytest.mark.parametrize("u_th", [None, 0.1, 0.35])
+def test_k_star_fixed_threshold_matches_enumeration(trace_and_grid, u_th):
+    trace, grid = trace_and_grid
+    bounds = mean_online_bounds(trace, grid, FIT)
+    thetas = [bounds[i] * 1.01 for i in (1, 3, 5)] + [0.5 * (bounds[2] + bounds[3]), 1e9]
+    for theta in thetas:
+        solution = optimize_k_star(trace, grid, FIT, theta, LATENCY, u_th=u_th)
+        cost, k, th = brute_force_k_star(trace, grid, FIT, theta, LATENCY, [u_th])
+        assert (solution.k_star, solution.u_th) == (k, th)
+        assert solution.objective_s == pytest.approx(cost, rel=1e-12)
+        assert solution.status == "optimal" and solution.solver == "HIGHS"
+        assert solution.slack["tvd"] >= -1e-9 and "risk" not in solution.slack
+    table = solution.table
+    assert table["k"].tolist() == grid
+    assert table["chosen"].sum() == 1 and table.loc[table["chosen"], "k"].item() == k
+    assert (table["provable_bound_holds_fraction"] == 1.0).all()
+    assert table["payload_bits"].tolist() == [upload_bits(k, 64) for k in grid]
+    assert table["expected_latency_s"].is_monotonic_increasing
+    assert table.loc[table["k"] == 64, "mean_measured_tvd"].item() == pytest.approx(0, abs=1e-12)
+
+
+@pytest.mark.parametrize("rate_bps", [1e3, 1e6])
+@pytest.mark.parametrize("risk_budget", [0.02, 0.08, 0.2])
+def test_k_star_joint_matches_enumeration(trace_and_grid, risk_budget, rate_bps):
+    """At 1 kbit/s the payload dominates and tight TVD budgets pull u_th below the risk limit
+    (transmitting low-u tokens lowers the average bound); at 1 Mbit/s the risk budget binds."""
+    trace, grid = trace_and_grid
+    latency = dict(LATENCY, mean_uplink_rate_bps=rate_bps)
+    u_grid = [-1.0, 0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.42, 0.5, 0.7]
+    bounds = mean_online_bounds(trace, grid, FIT)
+    for theta in [bounds[1], bounds[3], 0.5 * (bounds[2] + bounds[3]), bounds[4], bounds[5]]:
+        solution = optimize_k_star(
+            trace, grid, FIT, theta, latency, u_th_grid=u_grid, risk_budget=risk_budget
+        )
+        cost, k, th = brute_force_k_star(trace, grid, FIT, theta, latency, u_grid, risk_budget)
+        assert (solution.k_star, solution.u_th) == (k, th)
+        assert solution.objective_s == pytest.approx(cost, rel=1e-12)
+        assert solution.slack["risk"] >= -1e-9 and solution.slack["tvd"] >= -1e-9
+
+
+def test_k_star_scipy_solver_agrees(trace_and_grid):
+    trace, grid = trace_and_grid
+    theta = mean_online_bounds(trace, grid, FIT)[3] * 1.01
+    kwargs = dict(u_th_grid=[0.0, 0.1, 0.2, 0.3], risk_budget=0.1)
+    highs = optimize_k_star(trace, grid, FIT, theta, LATENCY, **kwargs)
+    scipy = optimize_k_star(trace, grid, FIT, theta, LATENCY, solver="SCIPY", **kwargs)
+    assert scipy.solver == "SCIPY"
+    assert (scipy.k_star, scipy.u_th) == (highs.k_star, highs.u_th)
+
+
+def small_trace():
+    """Six tokens, k grid [1, 2]; the u = 0 tokens carry most of the reconstruction error."""
+    return pd.DataFrame(
+        {
+            "u": [0.0, 0.0, 0.5, 0.5, 1.0, 1.0],
+            "beta": [0.1, 0.0, 0.3, 0.2, 0.8, 0.6],
+            "x_d": [0.5] * 6,
+            "nk_1": [0.9, 0.9, 0.2, 0.2, 0.2, 0.2],
+            "nk_2": [0.6, 0.6, 0.05, 0.05, 0.05, 0.05],
+            "tvd_1": [0.1] * 6,
+            "tvd_2": [0.05] * 6,
+        }
+    )
+
+
+def test_infeasible_budgets_name_the_binding_constraint():
+    trace, grid = small_trace(), [1, 2]
+    latency = dict(LATENCY, vocab_size=8)
+    with pytest.raises(InfeasibleBudgetError, match="theta_tv=0.01") as info:
+        optimize_k_star(trace, grid, FIT, 0.01, latency)
+    assert info.value.constraint == "tvd" and "k=2" in str(info.value)
+    joint = dict(u_th_grid=[0.0, 0.5])
+    with pytest.raises(InfeasibleBudgetError, match="risk budget 0.01") as info:
+        optimize_k_star(trace, grid, FIT, 10.0, latency, risk_budget=0.01, **joint)
+    assert info.value.constraint == "risk"
+    with pytest.raises(InfeasibleBudgetError) as info:
+        optimize_k_star(trace, grid, FIT, 0.01, latency, risk_budget=0.01, **joint)
+    assert info.value.constraint == "tvd+risk"
+    with pytest.raises(InfeasibleBudgetError, match="risk budget") as info:
+        optimize_k_star(trace, grid, FIT, 10.0, latency, u_th=0.5, risk_budget=0.1)
+    assert info.value.constraint == "risk"
+    # Skipping nothing meets the risk budget but transmits the costly u = 0 tokens (mean bound
+    # at k=2 about 0.48, 0.13 without them); skipping them meets the TVD budget but not the
+    # risk budget.
+    bounds = mean_online_bounds(trace, grid, FIT)
+    assert bounds[1] > 0.3
+    with pytest.raises(InfeasibleBudgetError, match="conflict") as info:
+        optimize_k_star(trace, grid, FIT, 0.3, latency, u_th_grid=[-1.0, 0.0], risk_budget=0.01)
+    assert info.value.constraint == "joint"
+    # ...and with a looser risk budget the same programme is feasible, skipping the u = 0 tokens
+    solution = optimize_k_star(
+        trace, grid, FIT, 0.3, latency, u_th_grid=[-1.0, 0.0], risk_budget=0.06
+    )
+    assert (solution.k_star, solution.u_th) == (2, 0.0)
+
+
+def test_invalid_arguments():
+    trace, grid = small_trace(), [1, 2]
+    latency = dict(LATENCY, vocab_size=8)
+    with pytest.raises(ValueError, match="risk_budget"):
+        optimize_k_star(trace, grid, FIT, 0.5, latency, u_th_grid=[0.0])
+    with pytest.raises(KeyError, match="nk_4"):
+        optimize_k_star(trace, [1, 4], FIT, 0.5, latency)
+    with pytest.raises(ValueError, match="latency"):
+        optimize_k_star(trace, grid, FIT, 0.5, {"draft_s": 0.0})
+
+
+def test_skipping_everything_picks_the_smallest_k():
+    trace, grid = small_trace(), [1, 2]
+    solution = optimize_k_star(
+        trace, grid, FIT, 0.0, dict(LATENCY, vocab_size=8), u_th_grid=[1.0], risk_budget=1.0
+    )
+    assert (solution.k_star, solution.u_th) == (1, 1.0)
+    assert solution.objective_s == pytest.approx(LATENCY["draft_s"] + LATENCY["uncertainty_s"])
+    assert solution.table["mean_online_bound"].isna().all()
+
+
+def test_highs_banner_does_not_reach_stdout(capfd):
+    """The solve runs with fd 1 on /dev/null: raw and buffered C-level writes (HiGHS prints its
+    banner from C++, once per process) are dropped, and stdout works again afterwards."""
+    with _stdout_fd_silenced():
+        os.write(1, b"raw fd banner\n")
+        ctypes.CDLL(None).printf(b"buffered C banner\n")
+    print("after")
+    trace, grid = small_trace(), [1, 2]
+    optimize_k_star(trace, grid, FIT, 10.0, dict(LATENCY, vocab_size=8))
+    print("k_star done")
+    assert capfd.readouterr().out == "after\nk_star done\n"

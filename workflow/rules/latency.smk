@@ -1,0 +1,24 @@
+rule profile_latency:
+    """Time the pair on this machine (or take the configured profile) for the delay model."""
+    input:
+        prompts=f"results/data/{DATASETS[0]}.jsonl",
+        provenance=model_provenance(),
+    output:
+        profile="results/latency/profile.json",
+    params:
+        model_dir=MODEL_DIR,
+        models=MODELS,
+        latency=config["latency"],
+        uncertainty=config["uncertainty"],
+        system_prompt=config["data"]["system_prompt"],
+        seed=config["seed"],
+    log:
+        "logs/profile_latency.log",
+    benchmark:
+        "benchmarks/profile_latency.tsv"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=16000,
+        runtime=30,
+    script:
+        "../scripts/profile_latency.py"

@@ -1,0 +1,18 @@
+"""Rule prepare_data: draw one configured prompt set and split it into calib/eval."""
+
+from edgespec.artifacts import setup_logging
+
+setup_logging(snakemake.log[0])
+
+import logging  # noqa: E402
+
+from edgespec.datasets import assign_splits, load_records, write_jsonl  # noqa: E402
+from edgespec.seeding import numpy_rng  # noqa: E402
+
+spec = snakemake.params.spec
+name = snakemake.wildcards.dataset
+rng = numpy_rng(snakemake.params.seed, "data", name)
+records = load_records(spec["source"], spec["n"], rng, path=spec.get("path"))
+records = assign_splits(records, snakemake.params.calib_fraction, rng)
+write_jsonl(records, snakemake.output.prompts)
+logging.info("%s: %d prompts (%s)", name, len(records), spec["source"])

@@ -1,0 +1,33 @@
+"""Rule profile_latency: measured (or configured) compute times of the pair."""
+
+from edgespec.artifacts import setup_logging
+
+setup_logging(snakemake.log[0])
+
+from edgespec.artifacts import write_json  # noqa: E402
+
+params = snakemake.params
+latency = params.latency
+if latency["mode"] == "given":
+    profile = {**latency["given"], "source": "given"}
+else:
+    from edgespec.datasets import chat_token_ids, read_jsonl
+    from edgespec.models import load_pair_from_dir
+    from edgespec.profiling import measure_latency_profile
+
+    draft, target, tokenizer = load_pair_from_dir(
+        params.model_dir, params.models, snakemake.threads
+    )
+    record = read_jsonl(snakemake.input.prompts)[0]
+    prompt = chat_token_ids(tokenizer, record.prompt, params.system_prompt)
+    profile = measure_latency_profile(
+        draft,
+        target,
+        prompt,
+        latency["gammas"],
+        latency["repeats"],
+        params.uncertainty["num_samples"],
+        params.uncertainty["theta_max"],
+        params.seed,
+    )
+write_json(profile, snakemake.output.profile)
