@@ -15,6 +15,8 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/latency.smk"
+include: "workflow/rules/cuhlm.smk"
+include: "workflow/rules/wisv.smk"
 
 
 rule all:

@@ -90,3 +90,60 @@ def load_config(path: Path) -> dict:
     with open(path) as fh:
         raw = yaml.safe_load(fh) or {}
     return validate_config(raw)
+
+
+def channel_conditions(config: dict) -> dict[str, dict]:
+    """The CU-HLM channel sweep as {name: ChannelCondition fields}, named {fading}_snr{dB}."""
+    ch = config["channels"]
+    out = {}
+    for fading in ch["fadings"]:
+        for snr in ch["snr_db"]:
+            name = f"{fading}_snr{snr:g}"
+            out[name] = {
+                "name": name,
+                "fading": fading,
+                "snr_db": float(snr),
+                "bandwidth_hz": float(ch["bandwidth_hz"]),
+                "k_factor": float(ch["rician_k"]) if fading == "rician" else 0.0,
+                "rtt_s": float(ch["rtt_s"]),
+            }
+    reference = config["cuhlm"]["kstar_channel"]
+    if reference not in out:
+        raise ConfigError(
+            f"config key 'cuhlm.kstar_channel': '{reference}' is not one of the channel "
+            f"conditions {sorted(out)}"
+        )
+    return out
+
+
+def cuhlm_variants(config: dict) -> list[str]:
+    """Configured CU-HLM variants plus the references every comparison needs."""
+    wanted = set(config["cuhlm"]["variants"]) | {"llm_only", "hlm"}
+    if "random_skip" in wanted:
+        wanted.add(config["cuhlm"]["random_skip_reference"])
+    order = [
+        "llm_only", "slm_only", "hlm", "random_skip", "uhlm_risk_averse", "uhlm_risk_prone",
+        "fixed_topk", "cuhlm_offline", "cuhlm_online",
+    ]
+    return [v for v in order if v in wanted]
+
+
+def wisv_channels(config: dict) -> dict[str, dict]:
+    """The WISV channel conditions as {name: ChannelCondition fields}, checked now."""
+    from edgespec.channel import ChannelCondition, ChannelError
+
+    out = {}
+    for name, fields in config["wisv"]["channels"].items():
+        spec = {"name": name, **fields}
+        try:
+            ChannelCondition.from_dict(spec)
+        except ChannelError as err:
+            raise ConfigError(f"config key 'wisv.channels.{name}': {err}") from err
+        out[name] = spec
+    return out
+
+
+def wisv_variants(config: dict) -> list[str]:
+    wanted = set(config["wisv"]["variants"]) | {"vanilla_sd"}
+    order = ["vanilla_sd", "topk_accept", "head_no_csi", "wisv_fh", "wisv_sh"]
+    return [v for v in order if v in wanted]

@@ -103,9 +103,13 @@ class LatencyProfile:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LatencyProfile:
-        """Build from a config or JSON mapping (gamma keys may be strings)."""
+        """Build from a config or JSON mapping (gamma keys may be strings).
+
+        A ``machine`` entry (where a measured profile was taken) is description only.
+        """
         if not isinstance(d, Mapping):
             raise ValueError(f"a latency profile must be a mapping, got {type(d).__name__}")
+        d = {k: v for k, v in d.items() if k != "machine"}
         valid = {"draft_token_s", "target_token_s", "target_verify_s", "uncertainty_s", "source"}
         unknown = sorted(set(d) - valid)
         if unknown:

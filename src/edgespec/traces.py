@@ -66,7 +66,7 @@ def collect_traces(
         y_d = y.gather(1, d.unsqueeze(1)).squeeze(1)
         beta = (1 - y_d / x_d.clamp_min(torch.finfo(x_d.dtype).tiny)).clamp(0, 1)
         mass, error = topk_mass_and_error(x, grid)
-        tvd = resampling_distortion(x.double(), y.double(), grid)
+        tvd = resampling_distortion(x, y, grid)
         columns = {
             "prompt_id": [prompt_ids[i] for i in step.prompt_indices],
             "position": step.position.tolist(),

@@ -41,19 +41,25 @@ def perturbation_uncertainty(
     thetas = ((1 - uniform) * theta_max).clamp_min(MIN_TEMPERATURE).to(torch.float32)
     logits = logits.to(torch.float32)
     gap = logits.max(-1, keepdim=True).values - logits
-    num_candidates = int((gap <= NEGLIGIBLE_LOGIT_GAP * theta_max).sum(-1).max())
-    top_logits, top_ids = logits.topk(num_candidates, dim=-1)
-    top_logits = torch.where(
-        top_logits.max(-1, keepdim=True).values - top_logits <= NEGLIGIBLE_LOGIT_GAP * theta_max,
-        top_logits,
-        float("-inf"),
-    )
-    scaled = top_logits.unsqueeze(1) / thetas.unsqueeze(-1)
-    # Gumbel-max draws one sample per (row, theta) from softmax(z / theta) without
-    # materialising M normalised distributions.
-    gumbel_uniform = torch.rand(scaled.shape, generator=generator, dtype=torch.float32)
-    gumbel = -torch.log(-torch.log(gumbel_uniform.clamp(1e-20, 1 - 1e-7)))
-    perturbed = top_ids.gather(1, (scaled + gumbel).argmax(-1))
+    negligible = gap > NEGLIGIBLE_LOGIT_GAP * theta_max
+    num_candidates = int((~negligible).sum(-1).max())
+    if num_candidates > vocab // 4:  # a partial sort costs more than it saves
+        num_candidates = vocab
+        top_logits = logits.masked_fill(negligible, float("-inf"))
+        top_ids = torch.arange(vocab).expand(batch, vocab)
+    else:
+        top_logits, top_ids = logits.topk(num_candidates, dim=-1)
+        top_logits = torch.where(
+            top_logits[:, :1] - top_logits <= NEGLIGIBLE_LOGIT_GAP * theta_max,
+            top_logits,
+            float("-inf"),
+        )
+    probs = torch.softmax(top_logits.unsqueeze(1) / thetas.unsqueeze(-1), dim=-1)
+    # Inverse-CDF sampling: one uniform per (row, theta) instead of one per vocabulary entry.
+    cdf = probs.cumsum(-1)
+    draws = torch.rand((batch, num_samples, 1), generator=generator, dtype=torch.float32)
+    index = torch.searchsorted(cdf, draws * cdf[..., -1:], right=True).clamp_max(num_candidates - 1)
+    perturbed = top_ids.gather(1, index.squeeze(-1))
     return (perturbed != draft_tokens.unsqueeze(1)).float().mean(1)
 
 

@@ -9,6 +9,7 @@ rule profile_latency:
         model_dir=MODEL_DIR,
         models=MODELS,
         latency=config["latency"],
+        gammas=PROFILE_GAMMAS,
         uncertainty=config["uncertainty"],
         system_prompt=config["data"]["system_prompt"],
         seed=config["seed"],

@@ -24,7 +24,7 @@ else:
         draft,
         target,
         prompt,
-        latency["gammas"],
+        params.gammas,
         latency["repeats"],
         params.uncertainty["num_samples"],
         params.uncertainty["theta_max"],

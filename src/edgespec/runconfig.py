@@ -1,0 +1,32 @@
+"""Objects that several workflow stages build the same way from the validated config."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from edgespec.datasets import PromptRecord, chat_token_ids, read_jsonl
+from edgespec.engine import DecodingConfig
+from edgespec.models import stop_token_ids
+
+
+def decoding_config(
+    decoding: dict, tokenizer, target, keep_hidden: bool = False, temperature: float | None = None
+) -> DecodingConfig:
+    """The engine's settings from config key ``decoding`` and the pair's special tokens."""
+    return DecodingConfig(
+        max_new_tokens=decoding["max_new_tokens"],
+        temperature=decoding["temperature"] if temperature is None else temperature,
+        eos_token_ids=stop_token_ids(tokenizer, target),
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+        batch_size=decoding["batch_size"],
+        keep_hidden=keep_hidden,
+    )
+
+
+def prompt_split(paths: Sequence[str], split: str) -> list[PromptRecord]:
+    """The records of one split ("calib" or "eval") from prepared dataset files, in order."""
+    return [r for path in paths for r in read_jsonl(path) if r.split == split]
+
+
+def chat_prompts(tokenizer, records: Sequence[PromptRecord], system: str | None) -> list[list[int]]:
+    return [chat_token_ids(tokenizer, r.prompt, system) for r in records]

@@ -1,0 +1,195 @@
+rule fit_calibration:
+    """Fit beta ~ a u + b on the traces and derive the skip thresholds (SPEC 3.3)."""
+    input:
+        tokens=trace_tables(),
+    output:
+        fit="results/cuhlm/calibration/fit.json",
+        thresholds="results/cuhlm/calibration/thresholds.csv",
+        bins="results/cuhlm/calibration/bins.csv",
+        figure=report(
+            "results/cuhlm/calibration/beta_vs_u.png",
+            caption="../report/beta_vs_u.rst",
+            category="CU-HLM",
+            subcategory="Calibration",
+        ),
+    params:
+        cuhlm=config["cuhlm"],
+    log:
+        "logs/fit_calibration.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=10,
+    script:
+        "../scripts/fit_calibration.py"
+
+
+rule optimize_k:
+    """Offline k* by a mixed-integer programme in cvxpy (SPEC 3.4)."""
+    input:
+        tokens=trace_tables(),
+        fit="results/cuhlm/calibration/fit.json",
+        profile="results/latency/profile.json",
+    output:
+        kstar="results/cuhlm/calibration/kstar.json",
+        table="results/cuhlm/calibration/k_table.csv",
+        figure=report(
+            "results/cuhlm/calibration/bound_vs_k.png",
+            caption="../report/bound_vs_k.rst",
+            category="CU-HLM",
+            subcategory="Calibration",
+        ),
+    params:
+        cuhlm=config["cuhlm"],
+        reference_channel=CHANNELS[config["cuhlm"]["kstar_channel"]],
+    log:
+        "logs/optimize_k.log",
+    benchmark:
+        "benchmarks/optimize_k.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=10,
+    script:
+        "../scripts/optimize_k.py"
+
+
+rule decode_cuhlm:
+    """Decode the evaluation prompts once per variant (the channel does not change tokens)."""
+    input:
+        prompts=eval_prompt_files(),
+        provenance=model_provenance(),
+        fit="results/cuhlm/calibration/fit.json",
+        kstar="results/cuhlm/calibration/kstar.json",
+        reference=random_skip_reference,
+    output:
+        tokens="results/cuhlm/decode/{variant}/tokens.parquet",
+        completions="results/cuhlm/decode/{variant}/completions.jsonl",
+    params:
+        model_dir=MODEL_DIR,
+        models=MODELS,
+        decoding=config["decoding"],
+        uncertainty=config["uncertainty"],
+        cuhlm=config["cuhlm"],
+        system_prompt=config["data"]["system_prompt"],
+        seed=config["seed"],
+    log:
+        "logs/decode_cuhlm/{variant}.log",
+    benchmark:
+        "benchmarks/decode_cuhlm/{variant}.tsv"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    script:
+        "../scripts/decode_cuhlm.py"
+
+
+rule score_cuhlm:
+    """Text scores of every variant: exact match, semantic accuracy, fidelity to LLM-only."""
+    input:
+        prompts=eval_prompt_files(),
+        completions=expand(
+            "results/cuhlm/decode/{variant}/completions.jsonl", variant=CUHLM_VARIANTS
+        ),
+    output:
+        scores="results/cuhlm/scores.parquet",
+    params:
+        variants=CUHLM_VARIANTS,
+    log:
+        "logs/score_cuhlm.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../scripts/score_cuhlm.py"
+
+
+rule evaluate_cuhlm:
+    """Apply one channel condition to one decoded variant: delays and SPEC 6 metrics."""
+    input:
+        tokens="results/cuhlm/decode/{variant}/tokens.parquet",
+        profile="results/latency/profile.json",
+        kstar="results/cuhlm/calibration/kstar.json",
+    output:
+        metrics="results/cuhlm/metrics/{variant}/{channel}.json",
+    params:
+        condition=channel_condition,
+        cuhlm=config["cuhlm"],
+        seed=config["seed"],
+    log:
+        "logs/evaluate_cuhlm/{variant}/{channel}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/evaluate_cuhlm.py"
+
+
+localrules:
+    report_cuhlm,
+
+
+rule report_cuhlm:
+    """Summary table beside the papers' numbers, and the CU-HLM figures."""
+    input:
+        metrics=expand(
+            "results/cuhlm/metrics/{variant}/{channel}.json",
+            variant=CUHLM_VARIANTS,
+            channel=sorted(CHANNELS),
+        ),
+        scores="results/cuhlm/scores.parquet",
+        fit="results/cuhlm/calibration/fit.json",
+        thresholds="results/cuhlm/calibration/thresholds.csv",
+        kstar="results/cuhlm/calibration/kstar.json",
+        online="results/cuhlm/decode/cuhlm_online/tokens.parquet"
+        if "cuhlm_online" in CUHLM_VARIANTS
+        else [],
+        traces=trace_tables(),
+        provenance=model_provenance(),
+    output:
+        summary=report(
+            "results/report/cuhlm_summary.csv",
+            caption="../report/cuhlm_summary.rst",
+            category="CU-HLM",
+            subcategory="Tables",
+        ),
+        markdown="results/report/cuhlm_summary.md",
+        throughput=report(
+            "results/report/cuhlm_throughput_vs_snr.png",
+            caption="../report/cuhlm_throughput_vs_snr.rst",
+            category="CU-HLM",
+            subcategory="Figures",
+        ),
+        accuracy=report(
+            "results/report/cuhlm_accuracy_vs_throughput.png",
+            caption="../report/cuhlm_accuracy_vs_throughput.rst",
+            category="CU-HLM",
+            subcategory="Figures",
+        ),
+        kdist=report(
+            "results/report/cuhlm_k_distribution.png",
+            caption="../report/cuhlm_k_distribution.rst",
+            category="CU-HLM",
+            subcategory="Figures",
+        ),
+        skip=report(
+            "results/report/cuhlm_skip_vs_threshold.png",
+            caption="../report/cuhlm_skip_vs_threshold.rst",
+            category="CU-HLM",
+            subcategory="Figures",
+        ),
+    params:
+        variants=CUHLM_VARIANTS,
+        channels=CHANNELS,
+        models=MODELS,
+    log:
+        "logs/report_cuhlm.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/report_cuhlm.py"

@@ -1,0 +1,206 @@
+rule mine_labels:
+    """AutoJudge-style mismatch labels on the calibration prompts (SPEC 4.2)."""
+    input:
+        prompts=eval_prompt_files(),
+        provenance=model_provenance(),
+    output:
+        table="results/wisv/labels/mismatches.parquet",
+        hidden="results/wisv/labels/hidden.npz",
+    params:
+        model_dir=MODEL_DIR,
+        models=MODELS,
+        decoding=config["decoding"],
+        wisv=config["wisv"],
+        system_prompt=config["data"]["system_prompt"],
+    log:
+        "logs/mine_labels.log",
+    benchmark:
+        "benchmarks/mine_labels.tsv"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    script:
+        "../scripts/mine_labels.py"
+
+
+rule relabel_csi:
+    """Channel-aware relabeling: one cvxpy boolean programme per CSI sample and prompt."""
+    input:
+        table="results/wisv/labels/mismatches.parquet",
+        hidden="results/wisv/labels/hidden.npz",
+        profile="results/latency/profile.json",
+    output:
+        train="results/wisv/relabel/train.parquet",
+        safe="results/wisv/relabel/safe_fraction.csv",
+        figure=report(
+            "results/wisv/relabel/safe_vs_channel.png",
+            caption="../report/safe_vs_channel.rst",
+            category="WISV",
+            subcategory="Relabeling",
+        ),
+    params:
+        wisv=config["wisv"],
+        seed=config["seed"],
+    log:
+        "logs/relabel_csi.log",
+    benchmark:
+        "benchmarks/relabel_csi.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "../scripts/relabel_csi.py"
+
+
+rule train_head:
+    """The WISV decision head (with CSI) and the no-CSI judge head, with tau on validation."""
+    input:
+        table="results/wisv/labels/mismatches.parquet",
+        hidden="results/wisv/labels/hidden.npz",
+        train="results/wisv/relabel/train.parquet",
+    output:
+        wisv_head="results/wisv/head/wisv_head.pt",
+        judge_head="results/wisv/head/no_csi_head.pt",
+        metrics="results/wisv/head/metrics.json",
+        figure=report(
+            "results/wisv/head/calibration.png",
+            caption="../report/head_calibration.rst",
+            category="WISV",
+            subcategory="Decision head",
+        ),
+    params:
+        wisv=config["wisv"],
+        channels=WISV_CHANNELS,
+        seed=config["seed"],
+    log:
+        "logs/train_head.log",
+    benchmark:
+        "benchmarks/train_head.tsv"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "../scripts/train_head.py"
+
+
+rule decode_wisv:
+    """Greedy gamma-token rounds under one variant; the channel only matters for CSI heads."""
+    input:
+        prompts=eval_prompt_files(),
+        provenance=model_provenance(),
+        heads=wisv_head_inputs,
+    output:
+        rounds="results/wisv/decode/{wvariant}/g{gamma}/{wchannel}.parquet",
+        completions="results/wisv/decode/{wvariant}/g{gamma}/{wchannel}.jsonl",
+    params:
+        model_dir=MODEL_DIR,
+        models=MODELS,
+        decoding=config["decoding"],
+        wisv=config["wisv"],
+        channels=WISV_CHANNELS,
+        system_prompt=config["data"]["system_prompt"],
+        seed=config["seed"],
+    log:
+        "logs/decode_wisv/{wvariant}/g{gamma}/{wchannel}.log",
+    benchmark:
+        "benchmarks/decode_wisv/{wvariant}/g{gamma}/{wchannel}.tsv"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    script:
+        "../scripts/decode_wisv.py"
+
+
+rule evaluate_wisv:
+    """Price one variant's rounds under one channel and gamma: latency, AAL, text scores."""
+    input:
+        rounds=wisv_decoded_rounds,
+        completions=wisv_decoded_completions,
+        reference="results/wisv/decode/vanilla_sd/g{gamma}/any.jsonl",
+        prompts=eval_prompt_files(),
+        profile="results/latency/profile.json",
+        provenance=model_provenance(),
+    output:
+        metrics="results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.json",
+    params:
+        wisv=config["wisv"],
+        channels=WISV_CHANNELS,
+        decoding=config["decoding"],
+        seed=config["seed"],
+    log:
+        "logs/evaluate_wisv/{wvariant}/{wchannel}/g{gamma}.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=10,
+    script:
+        "../scripts/evaluate_wisv.py"
+
+
+localrules:
+    report_wisv,
+
+
+rule report_wisv:
+    """WISV table against vanilla SD beside the paper's numbers, and the WISV figures."""
+    input:
+        metrics=expand(
+            "results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.json",
+            wvariant=WISV_VARIANTS,
+            wchannel=sorted(WISV_CHANNELS),
+            gamma=config["wisv"]["gammas"],
+        ),
+        head="results/wisv/head/metrics.json",
+        safe="results/wisv/relabel/safe_fraction.csv",
+        wisv_rounds=expand(
+            "results/wisv/decode/wisv/g{gamma}/{wchannel}.parquet",
+            gamma=config["wisv"]["gammas"][0],
+            wchannel=sorted(WISV_CHANNELS)[0],
+        )
+        if set(CSI_VARIANTS) & set(WISV_VARIANTS)
+        else [],
+        profile="results/latency/profile.json",
+        provenance=model_provenance(),
+    output:
+        summary=report(
+            "results/report/wisv_summary.csv",
+            caption="../report/wisv_summary.rst",
+            category="WISV",
+            subcategory="Tables",
+        ),
+        markdown="results/report/wisv_summary.md",
+        latency=report(
+            "results/report/wisv_latency_vs_channel.png",
+            caption="../report/wisv_latency_vs_channel.rst",
+            category="WISV",
+            subcategory="Figures",
+        ),
+        aal=report(
+            "results/report/wisv_aal_vs_gamma.png",
+            caption="../report/wisv_aal_vs_gamma.rst",
+            category="WISV",
+            subcategory="Figures",
+        ),
+        tau=report(
+            "results/report/wisv_accuracy_vs_tau.png",
+            caption="../report/wisv_accuracy_vs_tau.rst",
+            category="WISV",
+            subcategory="Figures",
+        ),
+    params:
+        variants=WISV_VARIANTS,
+        channels=WISV_CHANNELS,
+        gammas=config["wisv"]["gammas"],
+        wisv=config["wisv"],
+    log:
+        "logs/report_wisv.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/report_wisv.py"

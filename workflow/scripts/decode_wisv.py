@@ -1,0 +1,57 @@
+"""Rule decode_wisv: greedy gamma-token rounds under one WISV-study variant."""
+
+from edgespec.artifacts import setup_logging
+
+setup_logging(snakemake.log[0])
+
+import json
+import logging
+import time
+
+from edgespec.artifacts import atomic_path, write_parquet
+from edgespec.channel import ChannelCondition
+from edgespec.head import load_head
+from edgespec.models import load_pair_from_dir
+from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
+from edgespec.seeding import numpy_rng
+from edgespec.wisv import csi_vector_encoder, decode_wisv, head_acceptance, topk_acceptance
+
+params = snakemake.params
+wisv = params.wisv
+variant, channel = snakemake.wildcards.wvariant, snakemake.wildcards.wchannel
+gamma = int(snakemake.wildcards.gamma)
+# Decisions of the channel-blind variants do not depend on the channel ("any"): any condition
+# serves for decoding, and evaluate_wisv prices the rounds under each channel.
+condition = ChannelCondition.from_dict(
+    params.channels[channel] if channel != "any" else next(iter(params.channels.values()))
+)
+acceptance, encoder = None, None
+if variant == "topk_accept":
+    acceptance = topk_acceptance(wisv["top_k"])
+elif variant == "head_no_csi":
+    head, extra = load_head(snakemake.input.heads[0])
+    acceptance = head_acceptance(head, extra["tau"])
+elif variant == "wisv":
+    head, extra = load_head(snakemake.input.heads[0])
+    acceptance = head_acceptance(head, extra["tau"])
+    encoder = csi_vector_encoder(extra["csi_features"])
+draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)
+records = prompt_split(snakemake.input.prompts, "eval")
+cfg = decoding_config({**params.decoding, "max_new_tokens": wisv["max_new_tokens"]}, tokenizer,
+                      target, keep_hidden=variant in ("head_no_csi", "wisv"), temperature=0.0)
+start = time.perf_counter()
+rounds, completions = decode_wisv(
+    "wisv_fh" if variant == "wisv" else variant, draft, target,
+    chat_prompts(tokenizer, records, params.system_prompt), [r.id for r in records], cfg, gamma,
+    acceptance, condition, numpy_rng(params.seed, "wisv-channel", channel), csi_encoder=encoder,
+)
+elapsed = time.perf_counter() - start
+tokens = int(rounds["num_committed"].sum())
+logging.info("%s g%d %s: %d tokens, %d rounds in %.1f s", variant, gamma, channel, tokens,
+             len(rounds), elapsed)
+write_parquet(rounds, snakemake.output.rounds)
+with atomic_path(snakemake.output.completions) as tmp:
+    with open(tmp, "w") as fh:
+        for record, ids in zip(records, completions, strict=True):
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            fh.write(json.dumps({"prompt_id": record.id, "text": text, "tokens": ids}) + "\n")

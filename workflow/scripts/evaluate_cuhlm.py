@@ -1,0 +1,27 @@
+"""Rule evaluate_cuhlm: one decoded variant under one channel condition -> SPEC 6 metrics."""
+
+from edgespec.artifacts import setup_logging
+
+setup_logging(snakemake.log[0])
+
+import pandas as pd
+
+from edgespec.artifacts import read_json, write_json
+from edgespec.channel import ChannelCondition
+from edgespec.cuhlm import apply_channel, uses_uncertainty, variant_metrics
+from edgespec.delay import LatencyProfile
+from edgespec.seeding import numpy_rng
+
+variant, channel = snakemake.wildcards.variant, snakemake.wildcards.channel
+tokens = pd.read_parquet(snakemake.input.tokens)
+profile = LatencyProfile.from_dict(read_json(snakemake.input.profile))
+vocab_size = read_json(snakemake.input.kstar)["vocab_size"]
+prob_bits = snakemake.params.cuhlm["prob_bits"]
+condition = ChannelCondition.from_dict(snakemake.params.condition)
+# The fading stream depends on the channel only: every variant sees the same draws.
+rng = numpy_rng(snakemake.params.seed, "channel", channel)
+delays = apply_channel(tokens, variant, condition, profile, vocab_size, prob_bits, rng,
+                       uses_uncertainty(variant))
+metrics = variant_metrics(tokens, delays, vocab_size, prob_bits)
+write_json({"variant": variant, "channel": channel, "condition": condition.to_dict(),
+            "profile_source": profile.source, **metrics}, snakemake.output.metrics)

@@ -1,0 +1,34 @@
+"""Rule mine_labels: AutoJudge-style safe/important labels of draft-target mismatches."""
+
+from edgespec.artifacts import setup_logging
+
+setup_logging(snakemake.log[0])
+
+import logging
+
+import numpy as np
+
+from edgespec.artifacts import write_npz, write_parquet
+from edgespec.models import load_pair_from_dir
+from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
+from edgespec.scoring import semantic_similarity
+from edgespec.wisv import mine_labels
+
+params = snakemake.params
+wisv = params.wisv
+draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)
+records = prompt_split(snakemake.input.prompts, "calib")
+cfg = decoding_config(params.decoding, tokenizer, target, temperature=0.0)
+table, draft_hidden, target_hidden = mine_labels(
+    draft, target, chat_prompts(tokenizer, records, params.system_prompt), [r.id for r in records],
+    [r.gold_answer for r in records], max_new_tokens=wisv["max_new_tokens"],
+    eos_token_ids=cfg.eos_token_ids, pad_token_id=cfg.pad_token_id,
+    batch_size=cfg.batch_size,
+    decode_text=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+    similarity=semantic_similarity, similarity_threshold=wisv["similarity_threshold"],
+    max_mismatches_per_prompt=wisv["max_mismatches_per_prompt"], hidden_dtype=np.float16,
+)
+logging.info("%d mismatches from %d prompts, %.1f%% important", len(table), len(records),
+             100 * table["label"].mean() if len(table) else float("nan"))
+write_npz(snakemake.output.hidden, draft=draft_hidden, target=target_hidden)
+write_parquet(table, snakemake.output.table)
