@@ -1,9 +1,14 @@
-"""The Snakemake workflow itself: dry run on the default config, a real smoke run on tiny models."""
+"""The Snakemake workflow itself: dry runs, the SLURM profile, and real smoke runs on tiny models
+(every rule through the report), including a run killed midway and resumed."""
 
 from __future__ import annotations
 
+import filecmp
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +19,14 @@ from edgespec.artifacts import read_json
 from edgespec.config import REPO_ROOT
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile")]
+SMOKE = ["--configfile", str(REPO_ROOT / "config" / "smoke.yaml")]
+COMPARED = [
+    "results/traces/instructions/tokens.parquet",
+    "results/cuhlm/calibration/fit.json",
+    "results/cuhlm/calibration/kstar.json",
+    "results/report/cuhlm_summary.csv",
+    "results/report/wisv_summary.csv",
+]
 
 
 def _run(args, cwd: Path, check=True) -> subprocess.CompletedProcess:
@@ -25,8 +38,24 @@ def _run(args, cwd: Path, check=True) -> subprocess.CompletedProcess:
 
 def test_dry_run_default_config(tmp_path):
     proc = _run(["-n", "--cores", "2", "--directory", str(tmp_path)], tmp_path)
-    for rule in ("fetch_models", "prepare_data", "collect_traces", "profile_latency"):
-        assert rule in proc.stdout
+    for rule in (
+        "fetch_models",
+        "prepare_data",
+        "collect_traces",
+        "profile_latency",
+        "fit_calibration",
+        "optimize_k",
+        "decode_cuhlm",
+        "evaluate_cuhlm",
+        "report_cuhlm",
+        "mine_labels",
+        "relabel_csi",
+        "train_head",
+        "decode_wisv",
+        "evaluate_wisv",
+        "report_wisv",
+    ):
+        assert rule in proc.stdout, rule
 
 
 def test_bad_config_fails_before_any_job(tmp_path):
@@ -37,21 +66,46 @@ def test_bad_config_fails_before_any_job(tmp_path):
     assert "decoding.max_new_tokens" in proc.stdout + proc.stderr
 
 
+def test_missing_dataset_file_fails_before_any_job(tmp_path):
+    cfg = tmp_path / "own.yaml"
+    cfg.write_text("data:\n  datasets:\n    own: {source: jsonl, n: 3, path: absent.jsonl}\n")
+    proc = _run(
+        ["-n", "--cores", "1", "--configfile", str(cfg), "--directory", str(tmp_path)],
+        tmp_path,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "absent.jsonl" in proc.stdout + proc.stderr
+
+
+def test_slurm_profile_dry_run_requests_resources(tmp_path):
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    proc = _run(
+        [
+            "-n",
+            "--workflow-profile",
+            str(REPO_ROOT / "workflow" / "profiles" / "slurm"),
+            "--directory",
+            str(tmp_path),
+            "--default-resources",
+            "slurm_account=acct",
+            "slurm_partition=part",
+        ],
+        tmp_path,
+    )
+    blocks = proc.stdout.split("rule ")
+    traces = next(b for b in blocks if b.startswith("collect_traces:"))
+    assert "gpu=1" in traces and "mem_mb=64000" in traces and "runtime=720" in traces
+    assert "threads: 8" in traces
+    assert "slurm_account=acct" in traces
+    fetch = next(b for b in blocks if b.startswith("fetch_models:"))
+    assert "localrule fetch_models" in proc.stdout or "gpu=1" not in fetch
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("smoke")
-    _run(
-        [
-            "--cores",
-            "2",
-            "--configfile",
-            str(REPO_ROOT / "config" / "smoke.yaml"),
-            "--directory",
-            str(workdir),
-            "--show-failed-logs",
-        ],
-        workdir,
-    )
+    _run(["--cores", "2", *SMOKE, "--directory", str(workdir)], workdir)
     return workdir
 
 
@@ -69,24 +123,77 @@ def test_smoke_run_writes_traces(smoke_run):
             assert hidden["draft"].shape[0] == hidden["target"].shape[0] == len(tokens)
 
 
-def test_smoke_run_writes_latency_profile(smoke_run):
-    profile = read_json(smoke_run / "results/latency/profile.json")
-    assert profile["source"] == "measured"
-    assert profile["draft_token_s"] > 0 and profile["target_token_s"] > 0
-    assert set(profile["target_verify_s"]) == {"1", "4"}
+def test_smoke_run_reports_every_variant(smoke_run):
+    cuhlm = pd.read_csv(smoke_run / "results/report/cuhlm_summary.csv")
+    assert set(cuhlm["variant"]) == {
+        "llm_only",
+        "slm_only",
+        "hlm",
+        "random_skip",
+        "uhlm_risk_averse",
+        "uhlm_risk_prone",
+        "fixed_topk",
+        "cuhlm_offline",
+        "cuhlm_online",
+    }
+    assert set(cuhlm["channel"]) == {"rayleigh_snr-20", "rayleigh_snr10"}
+    hlm = cuhlm[cuhlm["variant"] == "hlm"]
+    assert np.allclose(hlm["throughput_gain"], 1.0)
+    wisv = pd.read_csv(smoke_run / "results/report/wisv_summary.csv")
+    assert set(wisv["variant"]) == {
+        "vanilla_sd",
+        "topk_accept",
+        "head_no_csi",
+        "wisv_fh",
+        "wisv_sh",
+    }
+    assert set(wisv["channel"]) == {"poor", "good"}
+    for name in (
+        "cuhlm_throughput_vs_snr",
+        "cuhlm_accuracy_vs_throughput",
+        "cuhlm_k_distribution",
+        "cuhlm_skip_vs_threshold",
+        "wisv_latency_vs_channel",
+        "wisv_aal_vs_gamma",
+        "wisv_accuracy_vs_tau",
+    ):
+        assert (smoke_run / f"results/report/{name}.png").stat().st_size > 1000
 
 
 def test_second_run_has_nothing_to_do(smoke_run):
-    proc = _run(
-        [
-            "-n",
-            "--cores",
-            "2",
-            "--configfile",
-            str(REPO_ROOT / "config" / "smoke.yaml"),
-            "--directory",
-            str(smoke_run),
-        ],
+    proc = _run(["-n", "--cores", "2", *SMOKE, "--directory", str(smoke_run)], smoke_run)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_html_report_bundles_figures(smoke_run):
+    _run(
+        ["--cores", "1", *SMOKE, "--directory", str(smoke_run), "--report", "report.html"],
         smoke_run,
     )
-    assert "Nothing to be done" in proc.stdout + proc.stderr
+    html = (smoke_run / "report.html").read_text(errors="ignore")
+    assert "cuhlm_throughput_vs_snr.png" in html and "wisv_latency_vs_channel.png" in html
+
+
+def test_killed_run_resumes_to_identical_artifacts(smoke_run, tmp_path):
+    """Kill a run in the middle of a stage, start it again: same artifacts as the clean run."""
+    args = [*SNAKEMAKE, "--cores", "2", *SMOKE, "--directory", str(tmp_path)]
+    proc = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + 120
+    # Wait until a model stage is under way, then kill the whole process group.
+    while time.time() < deadline and not list(tmp_path.glob("results/cuhlm/decode/*/")):
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _run(["--cores", "2", *SMOKE, "--directory", str(tmp_path), "--rerun-incomplete"], tmp_path)
+    for rel in COMPARED:
+        a, b = smoke_run / rel, tmp_path / rel
+        if rel.endswith(".parquet"):
+            pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b))
+        else:
+            assert filecmp.cmp(a, b, shallow=False), rel

@@ -122,8 +122,15 @@ def cuhlm_variants(config: dict) -> list[str]:
     if "random_skip" in wanted:
         wanted.add(config["cuhlm"]["random_skip_reference"])
     order = [
-        "llm_only", "slm_only", "hlm", "random_skip", "uhlm_risk_averse", "uhlm_risk_prone",
-        "fixed_topk", "cuhlm_offline", "cuhlm_online",
+        "llm_only",
+        "slm_only",
+        "hlm",
+        "random_skip",
+        "uhlm_risk_averse",
+        "uhlm_risk_prone",
+        "fixed_topk",
+        "cuhlm_offline",
+        "cuhlm_online",
     ]
     return [v for v in order if v in wanted]
 
@@ -147,3 +154,28 @@ def wisv_variants(config: dict) -> list[str]:
     wanted = set(config["wisv"]["variants"]) | {"vanilla_sd"}
     order = ["vanilla_sd", "topk_accept", "head_no_csi", "wisv_fh", "wisv_sh"]
     return [v for v in order if v in wanted]
+
+
+def schema_reference_markdown(schema: dict | None = None) -> str:
+    """The configuration reference table of the README, generated from the schema."""
+    schema = schema or load_schema()
+    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, sub in node.get("properties", {}).items():
+            path = f"{prefix}.{key}" if prefix else key
+            kind = sub.get("type", "")
+            kind = "/".join(kind) if isinstance(kind, list) else kind
+            if "enum" in sub:
+                kind = " \\| ".join(map(str, sub["enum"]))
+            default = sub.get("default", "")
+            if isinstance(default, dict) and sub.get("properties"):
+                default = ""
+            text = " ".join(str(sub.get("description", "")).split())
+            default_text = f"`{default}`" if default != "" else ""
+            rows.append(f"| `{path}` | {kind} | {default_text} | {text} |")
+            if sub.get("properties"):
+                walk(sub, path)
+
+    walk(schema, "")
+    return "\n".join(rows)

@@ -59,13 +59,10 @@ class RaggedCachedModel:
         self.model = model
         self.keep_hidden = keep_hidden
         self.cache: DynamicCache | None = None
-        self.slot_valid: torch.Tensor | None = None  # [B, S] bool
-        self.next_position: torch.Tensor | None = None  # [B] long
+        self.slot_valid: torch.Tensor | None = None  # [B, S] bool, on the model's device
+        self.next_position: torch.Tensor | None = None  # [B] long, on the model's device
         self.forward_calls = 0
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        self.device = next(model.parameters()).device
 
     @torch.inference_mode()
     def feed(
@@ -74,9 +71,11 @@ class RaggedCachedModel:
         """Append ``tokens`` [B, L] (``valid`` [B, L] marks real ones) to the cache.
 
         Returns the logits [B, logits_to_keep, V] at the last positions and, with
-        ``keep_hidden``, the last-layer hidden states [B, logits_to_keep, H] there.
+        ``keep_hidden``, the last-layer hidden states [B, logits_to_keep, H] there, both on
+        the CPU: sampling and bookkeeping stay there whatever device the model runs on.
         """
-        valid = valid.to(torch.bool)
+        tokens = tokens.to(self.device)
+        valid = valid.to(device=self.device, dtype=torch.bool)
         if self.cache is None:
             self.cache = DynamicCache()
             self.slot_valid = valid
@@ -98,18 +97,20 @@ class RaggedCachedModel:
         )
         self.forward_calls += 1
         self.next_position = self.next_position + valid.long().sum(1)
-        hidden = out.hidden_states[-1][:, -logits_to_keep:] if self.keep_hidden else None
-        return out.logits, hidden
+        hidden = out.hidden_states[-1][:, -logits_to_keep:].cpu() if self.keep_hidden else None
+        return out.logits.cpu(), hidden
 
     def invalidate_last(self, count: torch.Tensor, width: int) -> None:
         """Hide the last ``count[b]`` valid slots among the final ``width`` slots of row b."""
         tail = self.slot_valid[:, -width:]
         from_end = tail.flip(1).long().cumsum(1).flip(1)  # valid slots at or after each slot
+        count = count.to(self.device)
         keep = tail & (from_end > count.unsqueeze(1))
         self.slot_valid = torch.cat([self.slot_valid[:, :-width], keep], dim=1)
         self.next_position = self.next_position - count
 
     def select_rows(self, rows: torch.Tensor) -> None:
+        rows = rows.to(self.device)
         self.cache.batch_select_indices(rows)
         self.slot_valid = self.slot_valid[rows]
         self.next_position = self.next_position[rows]

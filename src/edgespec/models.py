@@ -619,11 +619,23 @@ def load_pair_from_dir(
 ):
     """:func:`load_pair` on ``model_dir/draft`` and ``model_dir/target`` (a fetch_pair cache).
 
-    ``models`` is the config ``models`` section; its ``dtype`` (default bfloat16) is used.
+    ``models`` is the config ``models`` section; its ``dtype`` (default bfloat16) and
+    ``device`` (default cpu) are used.
     """
     model_dir = Path(model_dir)
-    dtype = (models or {}).get("dtype") or "bfloat16"
-    return load_pair(model_dir / "draft", model_dir / "target", dtype=dtype, threads=threads)
+    models = models or {}
+    dtype = models.get("dtype") or "bfloat16"
+    draft, target, tokenizer = load_pair(
+        model_dir / "draft", model_dir / "target", dtype=dtype, threads=threads
+    )
+    device = models.get("device") or "cpu"
+    if device != "cpu":
+        import torch
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ModelPairError(f"config key 'models.device' is {device!r} but no GPU is visible")
+        draft, target = draft.to(device), target.to(device)
+    return draft, target, tokenizer
 
 
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>")

@@ -34,9 +34,14 @@ def beta_vs_u(u, beta, bins: pd.DataFrame, a: float, b: float, path, subtitle=No
     jitter = rng.uniform(-0.01, 0.01, size=len(u))
     ax.scatter(np.asarray(u) + jitter, beta, s=4, alpha=0.15, color="grey", label="tokens")
     ax.errorbar(
-        bins["u_mean"], bins["beta_mean"],
+        bins["u_mean"],
+        bins["beta_mean"],
         yerr=[bins["beta_mean"] - bins["ci_low"], bins["ci_high"] - bins["beta_mean"]],
-        fmt="o", color="C0", ms=4, capsize=2, label="mean per u (95% CI)",
+        fmt="o",
+        color="C0",
+        ms=4,
+        capsize=2,
+        label="mean per u (95% CI)",
     )
     grid = np.linspace(0, 1, 101)
     ax.plot(grid, np.clip(a * grid + b, 0, 1), color="C3", label=f"fit: {a:.3f} u {b:+.3f}")
@@ -90,8 +95,13 @@ def accuracy_vs_throughput(rows: pd.DataFrame, channel: str, path, subtitle=None
     fig, ax = plt.subplots(figsize=(6, 4))
     for _, row in rows.iterrows():
         ax.scatter(row["throughput_gain"], row["relative_semantic_accuracy"], s=30)
-        ax.annotate(row["variant"], (row["throughput_gain"], row["relative_semantic_accuracy"]),
-                    fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.annotate(
+            row["variant"],
+            (row["throughput_gain"], row["relative_semantic_accuracy"]),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     ax.set_xscale("log")
     ax.axhline(1.0, color="grey", ls="--", lw=0.8)
     ax.set_xlabel(f"throughput gain over HLM ({channel})")
@@ -125,7 +135,9 @@ def skip_vs_threshold(u, thresholds: pd.DataFrame, path, subtitle=None) -> None:
     ax.plot(grid, np.searchsorted(u, grid, side="right") / max(len(u), 1), color="C0")
     for i, row in enumerate(thresholds.itertuples()):
         if row.u_th >= 0:
-            ax.axvline(row.u_th, color=f"C{(i % 9) + 1}", ls=":", label=f"{row.rule}: {row.u_th:.3f}")
+            ax.axvline(
+                row.u_th, color=f"C{(i % 9) + 1}", ls=":", label=f"{row.rule}: {row.u_th:.3f}"
+            )
     ax.set_xlabel(r"threshold $u_{th}$")
     ax.set_ylabel("skip rate on calibration traces")
     ax.legend(fontsize=7)
@@ -136,8 +148,9 @@ def skip_vs_threshold(u, thresholds: pd.DataFrame, path, subtitle=None) -> None:
 def safe_vs_channel(safe: pd.DataFrame, base_safe_fraction: float, path, subtitle=None) -> None:
     """Fraction of mismatches relabeled safe against the repair cost of each CSI sample."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    sc = ax.scatter(safe["repair_cost_s"], safe["safe_fraction"], c=safe["snr_db_mean"],
-                    cmap="viridis")
+    sc = ax.scatter(
+        safe["repair_cost_s"], safe["safe_fraction"], c=safe["snr_db_mean"], cmap="viridis"
+    )
     fig.colorbar(sc, ax=ax, label="average SNR of the CSI sample (dB)")
     if not np.isnan(base_safe_fraction):
         ax.axhline(base_safe_fraction, color="grey", ls="--", label="safe before relabeling")
@@ -176,10 +189,24 @@ def latency_vs_channel(curves: dict, path, subtitle=None) -> None:
         ax.plot(snr, latency, "o-", ms=3, label=label)
     if len(curves) == 2:
         (s, a), (_, b) = curves.values()
-        ax.fill_between(s, a, b, where=np.asarray(a) < np.asarray(b), alpha=0.15, color="C0",
-                        label=f"{list(curves)[0]} faster")
-        ax.fill_between(s, a, b, where=np.asarray(a) >= np.asarray(b), alpha=0.15, color="C1",
-                        label=f"{list(curves)[1]} faster")
+        ax.fill_between(
+            s,
+            a,
+            b,
+            where=np.asarray(a) < np.asarray(b),
+            alpha=0.15,
+            color="C0",
+            label=f"{list(curves)[0]} faster",
+        )
+        ax.fill_between(
+            s,
+            a,
+            b,
+            where=np.asarray(a) >= np.asarray(b),
+            alpha=0.15,
+            color="C1",
+            label=f"{list(curves)[1]} faster",
+        )
     ax.set_yscale("log")
     ax.set_xlabel("average uplink SNR (dB)")
     ax.set_ylabel("end-to-end latency per answer (s)")

@@ -19,12 +19,19 @@ from transformers import DynamicCache
 from edgespec.uncertainty import perturbation_uncertainty
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # GPU kernels run asynchronously: wait before reading the clock
+
+
 def _median_time(fn, repeats: int) -> float:
     fn()  # warm-up: first calls allocate and pick kernels
     times = []
     for _ in range(repeats):
+        _sync()
         start = time.perf_counter()
         fn()
+        _sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -33,7 +40,8 @@ def _median_time(fn, repeats: int) -> float:
 def _forward_time(model, prompt: Sequence[int], new_tokens: int, repeats: int) -> float:
     """Median time of one cached forward over ``new_tokens`` tokens after ``prompt``."""
     cache = DynamicCache()
-    ids = torch.tensor([list(prompt)])
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt)], device=device)
     model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
     step = torch.tensor(
         [list(prompt[-new_tokens:]) if new_tokens <= len(prompt) else [0] * new_tokens]
@@ -61,7 +69,8 @@ def measure_latency_profile(
     target_token_s = _forward_time(target, prompt, 1, repeats)
     verify = {str(g): _forward_time(target, prompt, g + 1, repeats) for g in sorted(set(gammas))}
     with torch.inference_mode():
-        logits = draft(input_ids=torch.tensor([list(prompt)]), logits_to_keep=1).logits[:, -1]
+        ids = torch.tensor([list(prompt)], device=next(draft.parameters()).device)
+        logits = draft(input_ids=ids, logits_to_keep=1).logits[:, -1].float().cpu()
     generator = torch.Generator().manual_seed(seed)
     token = logits.argmax(-1)
     uncertainty_s = _median_time(

@@ -24,22 +24,86 @@ class PaperNumber:
 
 
 CUHLM_REFERENCES = (
-    PaperNumber("CU-HLM", "token throughput vs standard HLM", 206, "x",
-                "10 dB Rayleigh, online", "cuhlm_online", "rayleigh_snr10", "throughput_gain"),
-    PaperNumber("CU-HLM", "token throughput vs standard HLM", 1014, "x",
-                "-20 dB, offline", "cuhlm_offline", "rayleigh_snr-20", "throughput_gain"),
-    PaperNumber("CU-HLM", "uploads skipped", 74.8, "%", "headline setting", "cuhlm_online",
-                "rayleigh_snr10", "skip_rate"),
-    PaperNumber("CU-HLM", "vocabulary compression", 97.4, "%", "headline setting",
-                "cuhlm_online", "rayleigh_snr10", "vocab_compression"),
-    PaperNumber("CU-HLM", "accuracy relative to HLM", 97.4, "%", "headline setting",
-                "cuhlm_online", "rayleigh_snr10", "relative_semantic_accuracy"),
-    PaperNumber("U-HLM", "fewer uplink transmissions than HLM", 45.93, "%", "",
-                "uhlm_risk_prone", "rayleigh_snr10", "skip_rate"),
-    PaperNumber("U-HLM", "accuracy relative to LLM-only", 97.54, "%", "cosine similarity",
-                "uhlm_risk_prone", "rayleigh_snr10", "similarity_to_llm"),
-    PaperNumber("U-HLM", "token throughput vs HLM", 2.54, "x", "up to",
-                "uhlm_risk_prone", "rayleigh_snr10", "throughput_gain"),
+    PaperNumber(
+        "CU-HLM",
+        "token throughput vs standard HLM",
+        206,
+        "x",
+        "10 dB Rayleigh, online",
+        "cuhlm_online",
+        "rayleigh_snr10",
+        "throughput_gain",
+    ),
+    PaperNumber(
+        "CU-HLM",
+        "token throughput vs standard HLM",
+        1014,
+        "x",
+        "-20 dB, offline",
+        "cuhlm_offline",
+        "rayleigh_snr-20",
+        "throughput_gain",
+    ),
+    PaperNumber(
+        "CU-HLM",
+        "uploads skipped",
+        74.8,
+        "%",
+        "headline setting",
+        "cuhlm_online",
+        "rayleigh_snr10",
+        "skip_rate",
+    ),
+    PaperNumber(
+        "CU-HLM",
+        "vocabulary compression",
+        97.4,
+        "%",
+        "headline setting",
+        "cuhlm_online",
+        "rayleigh_snr10",
+        "vocab_compression",
+    ),
+    PaperNumber(
+        "CU-HLM",
+        "accuracy relative to HLM",
+        97.4,
+        "%",
+        "headline setting",
+        "cuhlm_online",
+        "rayleigh_snr10",
+        "relative_semantic_accuracy",
+    ),
+    PaperNumber(
+        "U-HLM",
+        "fewer uplink transmissions than HLM",
+        45.93,
+        "%",
+        "",
+        "uhlm_risk_prone",
+        "rayleigh_snr10",
+        "skip_rate",
+    ),
+    PaperNumber(
+        "U-HLM",
+        "accuracy relative to LLM-only",
+        97.54,
+        "%",
+        "cosine similarity",
+        "uhlm_risk_prone",
+        "rayleigh_snr10",
+        "similarity_to_llm",
+    ),
+    PaperNumber(
+        "U-HLM",
+        "token throughput vs HLM",
+        2.54,
+        "x",
+        "up to",
+        "uhlm_risk_prone",
+        "rayleigh_snr10",
+        "throughput_gain",
+    ),
 )
 
 
@@ -60,20 +124,23 @@ def paper_comparison(summary: pd.DataFrame, references=CUHLM_REFERENCES) -> pd.D
         match = summary[(summary["variant"] == ref.variant) & (summary["channel"] == ref.channel)]
         ours = float(match[ref.column].iloc[0]) if len(match) and ref.column in match else math.nan
         paper = f"{ref.value:g}x" if ref.unit == "x" else f"{ref.value:g}%"
-        rows.append({
-            "paper": ref.paper,
-            "metric": ref.metric,
-            "paper_value": paper,
-            "paper_condition": ref.condition,
-            "ours": _fmt(ours, ref.unit),
-            "our_variant": ref.variant,
-            "our_channel": ref.channel,
-        })
+        rows.append(
+            {
+                "paper": ref.paper,
+                "metric": ref.metric,
+                "paper_value": paper,
+                "paper_condition": ref.condition,
+                "ours": _fmt(ours, ref.unit),
+                "our_variant": ref.variant,
+                "our_channel": ref.channel,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:
     """A GitHub Markdown table without extra dependencies."""
+
     def cell(v):
         if isinstance(v, float):
             return "n/a" if math.isnan(v) else format(v, floatfmt)
@@ -86,10 +153,11 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:
 
 
 WISV_REFERENCES = (
-    ("accepted length (AAL) vs vanilla SD", "+60.8%", "aal_gain", "max"),
-    ("interaction rounds vs vanilla SD", "-37.3%", "round_reduction", "max"),
-    ("end-to-end latency vs vanilla SD (simulation)", "-31.4%", "latency_reduction", "max"),
-    ("task-accuracy drop vs vanilla SD", "< 1%", "accuracy_drop", None),
+    # (metric, paper, column, pick the best setting?, sign shown: +1 gain, -1 reduction)
+    ("accepted length (AAL) vs vanilla SD", "+60.8%", "aal_gain", True, 1),
+    ("interaction rounds vs vanilla SD", "-37.3%", "round_reduction", True, -1),
+    ("end-to-end latency vs vanilla SD (simulation)", "-31.4%", "latency_reduction", True, -1),
+    ("task-accuracy drop vs vanilla SD (points)", "< 1", "accuracy_drop", False, 1),
 )
 
 
@@ -117,11 +185,18 @@ def wisv_comparison(summary: pd.DataFrame, variants=("wisv_fh", "wisv_sh")) -> p
     rows = []
     if ours.empty:
         return pd.DataFrame(columns=["metric", "paper", "ours", "our_setting"])
-    best_latency = ours.loc[ours["latency_reduction"].idxmax()]
-    for metric, paper, column, how in WISV_REFERENCES:
-        row = ours.loc[ours[column].idxmax()] if how == "max" else best_latency
+    best_latency = ours.loc[ours["latency_reduction"].fillna(-np.inf).idxmax()]
+    for metric, paper, column, pick_best, sign in WISV_REFERENCES:
+        row = ours.loc[ours[column].fillna(-np.inf).idxmax()] if pick_best else best_latency
         value = row[column]
-        text = "n/a" if pd.isna(value) else f"{100 * value:+.1f}%"
-        rows.append({"metric": metric, "paper": paper, "ours": text,
-                     "our_setting": f"{row['variant']}, {row['channel']}, gamma={row['gamma']}"})
+        unit = "%" if pick_best else ""
+        text = "n/a" if pd.isna(value) else f"{100 * sign * value:+.1f}{unit}"
+        rows.append(
+            {
+                "metric": metric,
+                "paper": paper,
+                "ours": text,
+                "our_setting": f"{row['variant']}, {row['channel']}, gamma={row['gamma']}",
+            }
+        )
     return pd.DataFrame(rows)

@@ -20,6 +20,9 @@ MODELS = config["models"]
 MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
 DATASETS = sorted(config["data"]["datasets"])
 MODEL_THREADS = MODELS["threads"]
+# What model stages need to load the cached pair; other model keys (threads, preset) do not
+# change their results and so are not params (a change to them reruns nothing).
+MODEL_LOAD = {key: MODELS[key] for key in ("dtype", "device")}
 CHANNELS = channel_conditions(config)
 CUHLM_VARIANTS = cuhlm_variants(config)
 WISV_CHANNELS = wisv_channels(config)
@@ -42,6 +45,15 @@ wildcard_constraints:
     wvariant="vanilla_sd|topk_accept|head_no_csi|wisv_fh|wisv_sh|wisv",
     wchannel="[a-z][a-z0-9]*",
     gamma="[0-9]+",
+
+
+def model_dir_of(wildcards, input):
+    """The pair's cache folder, next to its provenance file (an input of every model stage)."""
+    return str(Path(input.provenance).parent)
+
+
+def model_dir_of_output(wildcards, output):
+    return str(Path(output.provenance).parent)
 
 
 def model_provenance():

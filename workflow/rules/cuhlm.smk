@@ -12,14 +12,16 @@ rule fit_calibration:
             category="CU-HLM",
             subcategory="Calibration",
         ),
-    params:
-        cuhlm=config["cuhlm"],
     log:
         "logs/fit_calibration.log",
+    conda:
+        "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=4000,
         runtime=10,
+    params:
+        cuhlm=config["cuhlm"],
     script:
         "../scripts/fit_calibration.py"
 
@@ -39,17 +41,19 @@ rule optimize_k:
             category="CU-HLM",
             subcategory="Calibration",
         ),
-    params:
-        cuhlm=config["cuhlm"],
-        reference_channel=CHANNELS[config["cuhlm"]["kstar_channel"]],
     log:
         "logs/optimize_k.log",
     benchmark:
         "benchmarks/optimize_k.tsv"
+    conda:
+        "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=4000,
         runtime=10,
+    params:
+        cuhlm=config["cuhlm"],
+        reference_channel=CHANNELS[config["cuhlm"]["kstar_channel"]],
     script:
         "../scripts/optimize_k.py"
 
@@ -65,22 +69,24 @@ rule decode_cuhlm:
     output:
         tokens="results/cuhlm/decode/{variant}/tokens.parquet",
         completions="results/cuhlm/decode/{variant}/completions.jsonl",
+    log:
+        "logs/decode_cuhlm/{variant}.log",
+    benchmark:
+        "benchmarks/decode_cuhlm/{variant}.tsv"
+    conda:
+        "../envs/edgespec.yaml"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=16000,
+        runtime=240,
     params:
-        model_dir=MODEL_DIR,
-        models=MODELS,
+        model_dir=model_dir_of,
+        models=MODEL_LOAD,
         decoding=config["decoding"],
         uncertainty=config["uncertainty"],
         cuhlm=config["cuhlm"],
         system_prompt=config["data"]["system_prompt"],
         seed=config["seed"],
-    log:
-        "logs/decode_cuhlm/{variant}.log",
-    benchmark:
-        "benchmarks/decode_cuhlm/{variant}.tsv"
-    threads: MODEL_THREADS
-    resources:
-        mem_mb=16000,
-        runtime=240,
     script:
         "../scripts/decode_cuhlm.py"
 
@@ -94,14 +100,16 @@ rule score_cuhlm:
         ),
     output:
         scores="results/cuhlm/scores.parquet",
-    params:
-        variants=CUHLM_VARIANTS,
     log:
         "logs/score_cuhlm.log",
+    conda:
+        "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=4000,
         runtime=20,
+    params:
+        variants=CUHLM_VARIANTS,
     script:
         "../scripts/score_cuhlm.py"
 
@@ -114,16 +122,18 @@ rule evaluate_cuhlm:
         kstar="results/cuhlm/calibration/kstar.json",
     output:
         metrics="results/cuhlm/metrics/{variant}/{channel}.json",
-    params:
-        condition=channel_condition,
-        cuhlm=config["cuhlm"],
-        seed=config["seed"],
     log:
         "logs/evaluate_cuhlm/{variant}/{channel}.log",
+    conda:
+        "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        condition=channel_condition,
+        cuhlm=config["cuhlm"],
+        seed=config["seed"],
     script:
         "../scripts/evaluate_cuhlm.py"
 
@@ -144,9 +154,11 @@ rule report_cuhlm:
         fit="results/cuhlm/calibration/fit.json",
         thresholds="results/cuhlm/calibration/thresholds.csv",
         kstar="results/cuhlm/calibration/kstar.json",
-        online="results/cuhlm/decode/cuhlm_online/tokens.parquet"
-        if "cuhlm_online" in CUHLM_VARIANTS
-        else [],
+        online=(
+            "results/cuhlm/decode/cuhlm_online/tokens.parquet"
+            if "cuhlm_online" in CUHLM_VARIANTS
+            else []
+        ),
         traces=trace_tables(),
         provenance=model_provenance(),
     output:
@@ -181,15 +193,17 @@ rule report_cuhlm:
             category="CU-HLM",
             subcategory="Figures",
         ),
-    params:
-        variants=CUHLM_VARIANTS,
-        channels=CHANNELS,
-        models=MODELS,
     log:
         "logs/report_cuhlm.log",
+    conda:
+        "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        variants=CUHLM_VARIANTS,
+        channels=CHANNELS,
+        models=MODEL_LOAD,
     script:
         "../scripts/report_cuhlm.py"

@@ -5,21 +5,23 @@ rule profile_latency:
         provenance=model_provenance(),
     output:
         profile="results/latency/profile.json",
+    log:
+        "logs/profile_latency.log",
+    benchmark:
+        "benchmarks/profile_latency.tsv"
+    conda:
+        "../envs/edgespec.yaml"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=16000,
+        runtime=30,
     params:
-        model_dir=MODEL_DIR,
-        models=MODELS,
+        model_dir=model_dir_of,
+        models=MODEL_LOAD,
         latency=config["latency"],
         gammas=PROFILE_GAMMAS,
         uncertainty=config["uncertainty"],
         system_prompt=config["data"]["system_prompt"],
         seed=config["seed"],
-    log:
-        "logs/profile_latency.log",
-    benchmark:
-        "benchmarks/profile_latency.tsv"
-    threads: MODEL_THREADS
-    resources:
-        mem_mb=16000,
-        runtime=30,
     script:
         "../scripts/profile_latency.py"

@@ -7,21 +7,23 @@ rule collect_traces:
         tokens="results/traces/{dataset}/tokens.parquet",
         hidden="results/traces/{dataset}/hidden.npz",
         meta="results/traces/{dataset}/meta.json",
+    log:
+        "logs/collect_traces/{dataset}.log",
+    benchmark:
+        "benchmarks/collect_traces/{dataset}.tsv"
+    conda:
+        "../envs/edgespec.yaml"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=16000,
+        runtime=240,
     params:
-        model_dir=MODEL_DIR,
-        models=MODELS,
+        model_dir=model_dir_of,
+        models=MODEL_LOAD,
         decoding=config["decoding"],
         uncertainty=config["uncertainty"],
         traces=config["traces"],
         system_prompt=config["data"]["system_prompt"],
         seed=config["seed"],
-    log:
-        "logs/collect_traces/{dataset}.log",
-    benchmark:
-        "benchmarks/collect_traces/{dataset}.tsv"
-    threads: MODEL_THREADS
-    resources:
-        mem_mb=16000,
-        runtime=240,
     script:
         "../scripts/collect_traces.py"

@@ -6,20 +6,22 @@ rule mine_labels:
     output:
         table="results/wisv/labels/mismatches.parquet",
         hidden="results/wisv/labels/hidden.npz",
-    params:
-        model_dir=MODEL_DIR,
-        models=MODELS,
-        decoding=config["decoding"],
-        wisv=config["wisv"],
-        system_prompt=config["data"]["system_prompt"],
     log:
         "logs/mine_labels.log",
     benchmark:
         "benchmarks/mine_labels.tsv"
+    conda:
+        "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
         mem_mb=16000,
         runtime=240,
+    params:
+        model_dir=model_dir_of,
+        models=MODEL_LOAD,
+        decoding=config["decoding"],
+        wisv=config["wisv"],
+        system_prompt=config["data"]["system_prompt"],
     script:
         "../scripts/mine_labels.py"
 
@@ -39,17 +41,19 @@ rule relabel_csi:
             category="WISV",
             subcategory="Relabeling",
         ),
-    params:
-        wisv=config["wisv"],
-        seed=config["seed"],
     log:
         "logs/relabel_csi.log",
     benchmark:
         "benchmarks/relabel_csi.tsv"
+    conda:
+        "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=4000,
         runtime=30,
+    params:
+        wisv=config["wisv"],
+        seed=config["seed"],
     script:
         "../scripts/relabel_csi.py"
 
@@ -70,18 +74,20 @@ rule train_head:
             category="WISV",
             subcategory="Decision head",
         ),
-    params:
-        wisv=config["wisv"],
-        channels=WISV_CHANNELS,
-        seed=config["seed"],
     log:
         "logs/train_head.log",
     benchmark:
         "benchmarks/train_head.tsv"
+    conda:
+        "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
         mem_mb=4000,
         runtime=30,
+    params:
+        wisv=config["wisv"],
+        channels=WISV_CHANNELS,
+        seed=config["seed"],
     script:
         "../scripts/train_head.py"
 
@@ -95,22 +101,24 @@ rule decode_wisv:
     output:
         rounds="results/wisv/decode/{wvariant}/g{gamma}/{wchannel}.parquet",
         completions="results/wisv/decode/{wvariant}/g{gamma}/{wchannel}.jsonl",
+    log:
+        "logs/decode_wisv/{wvariant}/g{gamma}/{wchannel}.log",
+    benchmark:
+        "benchmarks/decode_wisv/{wvariant}/g{gamma}/{wchannel}.tsv"
+    conda:
+        "../envs/edgespec.yaml"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=16000,
+        runtime=240,
     params:
-        model_dir=MODEL_DIR,
-        models=MODELS,
+        model_dir=model_dir_of,
+        models=MODEL_LOAD,
         decoding=config["decoding"],
         wisv=config["wisv"],
         channels=WISV_CHANNELS,
         system_prompt=config["data"]["system_prompt"],
         seed=config["seed"],
-    log:
-        "logs/decode_wisv/{wvariant}/g{gamma}/{wchannel}.log",
-    benchmark:
-        "benchmarks/decode_wisv/{wvariant}/g{gamma}/{wchannel}.tsv"
-    threads: MODEL_THREADS
-    resources:
-        mem_mb=16000,
-        runtime=240,
     script:
         "../scripts/decode_wisv.py"
 
@@ -126,17 +134,19 @@ rule evaluate_wisv:
         provenance=model_provenance(),
     output:
         metrics="results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.json",
+    log:
+        "logs/evaluate_wisv/{wvariant}/{wchannel}/g{gamma}.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=10,
     params:
         wisv=config["wisv"],
         channels=WISV_CHANNELS,
         decoding=config["decoding"],
         seed=config["seed"],
-    log:
-        "logs/evaluate_wisv/{wvariant}/{wchannel}/g{gamma}.log",
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=10,
     script:
         "../scripts/evaluate_wisv.py"
 
@@ -156,13 +166,15 @@ rule report_wisv:
         ),
         head="results/wisv/head/metrics.json",
         safe="results/wisv/relabel/safe_fraction.csv",
-        wisv_rounds=expand(
-            "results/wisv/decode/wisv/g{gamma}/{wchannel}.parquet",
-            gamma=config["wisv"]["gammas"][0],
-            wchannel=sorted(WISV_CHANNELS)[0],
-        )
-        if set(CSI_VARIANTS) & set(WISV_VARIANTS)
-        else [],
+        wisv_rounds=(
+            expand(
+                "results/wisv/decode/wisv/g{gamma}/{wchannel}.parquet",
+                gamma=config["wisv"]["gammas"][0],
+                wchannel=sorted(WISV_CHANNELS)[0],
+            )
+            if set(CSI_VARIANTS) & set(WISV_VARIANTS)
+            else []
+        ),
         profile="results/latency/profile.json",
         provenance=model_provenance(),
     output:
@@ -191,16 +203,18 @@ rule report_wisv:
             category="WISV",
             subcategory="Figures",
         ),
+    log:
+        "logs/report_wisv.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     params:
         variants=WISV_VARIANTS,
         channels=WISV_CHANNELS,
         gammas=config["wisv"]["gammas"],
         wisv=config["wisv"],
-    log:
-        "logs/report_wisv.log",
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
     script:
         "../scripts/report_wisv.py"

@@ -50,12 +50,19 @@ start = time.perf_counter()
 # One generator seed for every variant: equal draws wherever the variants agree (common
 # random numbers), so differences between variants are not sampling noise of separate seeds.
 tokens, completions = decode_variant(
-    variant, draft, target, chat_prompts(tokenizer, records, params.system_prompt),
-    [r.id for r in records], cfg, policy, torch_generator(params.seed, "cuhlm", "decode"),
+    variant,
+    draft,
+    target,
+    chat_prompts(tokenizer, records, params.system_prompt),
+    [r.id for r in records],
+    cfg,
+    policy,
+    torch_generator(params.seed, "cuhlm", "decode"),
 )
 elapsed = time.perf_counter() - start
-logging.info("%s: %d tokens in %.1f s (%.2f tokens/s)", variant, len(tokens), elapsed,
-             len(tokens) / elapsed)
+logging.info(
+    "%s: %d tokens in %.1f s (%.2f tokens/s)", variant, len(tokens), elapsed, len(tokens) / elapsed
+)
 write_parquet(tokens, snakemake.output.tokens)
 with atomic_path(snakemake.output.completions) as tmp:
     with open(tmp, "w") as fh:

@@ -37,18 +37,38 @@ elif variant == "wisv":
     encoder = csi_vector_encoder(extra["csi_features"])
 draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)
 records = prompt_split(snakemake.input.prompts, "eval")
-cfg = decoding_config({**params.decoding, "max_new_tokens": wisv["max_new_tokens"]}, tokenizer,
-                      target, keep_hidden=variant in ("head_no_csi", "wisv"), temperature=0.0)
+cfg = decoding_config(
+    {**params.decoding, "max_new_tokens": wisv["max_new_tokens"]},
+    tokenizer,
+    target,
+    keep_hidden=variant in ("head_no_csi", "wisv"),
+    temperature=0.0,
+)
 start = time.perf_counter()
 rounds, completions = decode_wisv(
-    "wisv_fh" if variant == "wisv" else variant, draft, target,
-    chat_prompts(tokenizer, records, params.system_prompt), [r.id for r in records], cfg, gamma,
-    acceptance, condition, numpy_rng(params.seed, "wisv-channel", channel), csi_encoder=encoder,
+    "wisv_fh" if variant == "wisv" else variant,
+    draft,
+    target,
+    chat_prompts(tokenizer, records, params.system_prompt),
+    [r.id for r in records],
+    cfg,
+    gamma,
+    acceptance,
+    condition,
+    numpy_rng(params.seed, "wisv-channel", channel),
+    csi_encoder=encoder,
 )
 elapsed = time.perf_counter() - start
 tokens = int(rounds["num_committed"].sum())
-logging.info("%s g%d %s: %d tokens, %d rounds in %.1f s", variant, gamma, channel, tokens,
-             len(rounds), elapsed)
+logging.info(
+    "%s g%d %s: %d tokens, %d rounds in %.1f s",
+    variant,
+    gamma,
+    channel,
+    tokens,
+    len(rounds),
+    elapsed,
+)
 write_parquet(rounds, snakemake.output.rounds)
 with atomic_path(snakemake.output.completions) as tmp:
     with open(tmp, "w") as fh:

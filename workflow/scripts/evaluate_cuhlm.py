@@ -20,8 +20,17 @@ prob_bits = snakemake.params.cuhlm["prob_bits"]
 condition = ChannelCondition.from_dict(snakemake.params.condition)
 # The fading stream depends on the channel only: every variant sees the same draws.
 rng = numpy_rng(snakemake.params.seed, "channel", channel)
-delays = apply_channel(tokens, variant, condition, profile, vocab_size, prob_bits, rng,
-                       uses_uncertainty(variant))
+delays = apply_channel(
+    tokens, variant, condition, profile, vocab_size, prob_bits, rng, uses_uncertainty(variant)
+)
 metrics = variant_metrics(tokens, delays, vocab_size, prob_bits)
-write_json({"variant": variant, "channel": channel, "condition": condition.to_dict(),
-            "profile_source": profile.source, **metrics}, snakemake.output.metrics)
+write_json(
+    {
+        "variant": variant,
+        "channel": channel,
+        "condition": condition.to_dict(),
+        "profile_source": profile.source,
+        **metrics,
+    },
+    snakemake.output.metrics,
+)

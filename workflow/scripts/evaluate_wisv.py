@@ -26,16 +26,23 @@ records = prompt_split(snakemake.input.prompts, "eval")
 rounds = pd.read_parquet(snakemake.input.rounds)
 if rounds["condition"].iloc[0] != channel:
     # Decoded channel-blind: draw this channel's gains exactly as decode_wisv would have.
-    gains = draw_round_gains(condition, len(records), wisv["max_new_tokens"],
-                             numpy_rng(params.seed, "wisv-channel", channel))
+    gains = draw_round_gains(
+        condition,
+        len(records),
+        wisv["max_new_tokens"],
+        numpy_rng(params.seed, "wisv-channel", channel),
+    )
     row = {r.id: i for i, r in enumerate(records)}
     g = gains[rounds["prompt_id"].map(row).to_numpy(), rounds["round"].to_numpy()]
-    rounds = rounds.assign(gain=g, rate_bps=np.asarray(uplink_rate_bps(condition, g)),
-                           condition=channel)
+    rounds = rounds.assign(
+        gain=g, rate_bps=np.asarray(uplink_rate_bps(condition, g)), condition=channel
+    )
 provenance = read_json(snakemake.input.provenance)
-protocol = {"vocab_size": provenance["models"]["target"]["logits_size"],
-            "hidden_size": provenance["models"]["draft"]["hidden_size"],
-            "bits_per_value": wisv["hidden_bits"]}
+protocol = {
+    "vocab_size": provenance["models"]["target"]["logits_size"],
+    "hidden_size": provenance["models"]["draft"]["hidden_size"],
+    "bits_per_value": wisv["hidden_bits"],
+}
 profile = LatencyProfile.from_dict(read_json(snakemake.input.profile))
 latencies = round_latencies(rounds, variant, protocol, profile, condition.rtt_s, gamma)
 uplink = round_uplink_bits(rounds, variant, protocol, gamma)
@@ -50,12 +57,24 @@ def texts(path):
 ours, vanilla = texts(snakemake.input.completions), texts(snakemake.input.reference)
 refs = [r.reference or v for r, v in zip(records, vanilla, strict=True)]
 em = [x for x in exact_match(ours, [r.gold_answer for r in records]) if x is not None]
-metrics.update({
-    "task_accuracy": float(np.mean(em)) if em else float("nan"),
-    "answer_fidelity": float(np.mean(answer_fidelity(ours, vanilla))),
-    "semantic_accuracy": float(np.mean(semantic_similarity(ours, refs))),
-    "identical_to_vanilla": float(np.mean([a == b for a, b in zip(ours, vanilla, strict=True)])),
-})
-write_json({"variant": variant, "channel": channel, "gamma": gamma,
-            "condition": condition.to_dict(), "profile_source": profile.source, **metrics},
-           snakemake.output.metrics)
+metrics.update(
+    {
+        "task_accuracy": float(np.mean(em)) if em else float("nan"),
+        "answer_fidelity": float(np.mean(answer_fidelity(ours, vanilla))),
+        "semantic_accuracy": float(np.mean(semantic_similarity(ours, refs))),
+        "identical_to_vanilla": float(
+            np.mean([a == b for a, b in zip(ours, vanilla, strict=True)])
+        ),
+    }
+)
+write_json(
+    {
+        "variant": variant,
+        "channel": channel,
+        "gamma": gamma,
+        "condition": condition.to_dict(),
+        "profile_source": profile.source,
+        **metrics,
+    },
+    snakemake.output.metrics,
+)

@@ -24,8 +24,9 @@ tokens = pd.concat([pd.read_parquet(p) for p in snakemake.input.tokens], ignore_
 u, beta = tokens["u"].to_numpy(), tokens["beta"].to_numpy()
 fit = fit_rejection_model(u, beta)
 delta = rejectable_fraction(tokens["x_d"], tokens["y_d"])
-logging.info("fit over %d tokens: a=%.4f b=%.4f R2=%.3f r=%.3f", fit.n, fit.a, fit.b, fit.r2,
-             fit.pearson_r)
+logging.info(
+    "fit over %d tokens: a=%.4f b=%.4f R2=%.3f r=%.3f", fit.n, fit.a, fit.b, fit.r2, fit.pearson_r
+)
 if fit.a > 0:
     table = threshold_table(u, beta, fit, cuhlm["risk_budgets"], delta=delta)
     by_rule = dict(zip(table["rule"], table["u_th"], strict=True))
@@ -35,8 +36,17 @@ else:
     # thresholds are undefined, so the U-HLM/CU-HLM variants skip nothing.
     logging.warning("slope a=%.4f <= 0: thresholds undefined, skipping disabled", fit.a)
     table = pd.DataFrame(
-        [{"rule": r, "epsilon": float("nan"), "u_th": SKIP_NOTHING_THRESHOLD, "skip_fraction": 0.0,
-          "predicted_risk": 0.0, "empirical_risk": 0.0} for r in ("risk_averse", "risk_prone")]
+        [
+            {
+                "rule": r,
+                "epsilon": float("nan"),
+                "u_th": SKIP_NOTHING_THRESHOLD,
+                "skip_fraction": 0.0,
+                "predicted_risk": 0.0,
+                "empirical_risk": 0.0,
+            }
+            for r in ("risk_averse", "risk_prone")
+        ]
     )
     u_averse = u_prone = SKIP_NOTHING_THRESHOLD
 rule = cuhlm["threshold_rule"]
@@ -49,11 +59,26 @@ write_csv(table, snakemake.output.thresholds)
 write_csv(bins, snakemake.output.bins)
 write_json(
     {
-        "a": fit.a, "b": fit.b, "r2": fit.r2, "pearson_r": fit.pearson_r, "n": fit.n,
-        "delta": delta, "u_th_risk_averse": u_averse, "u_th_risk_prone": u_prone,
-        "threshold_rule": rule, "u_th": u_th, "valid_slope": bool(fit.a > 0),
+        "a": fit.a,
+        "b": fit.b,
+        "r2": fit.r2,
+        "pearson_r": fit.pearson_r,
+        "n": fit.n,
+        "delta": delta,
+        "u_th_risk_averse": u_averse,
+        "u_th_risk_prone": u_prone,
+        "threshold_rule": rule,
+        "u_th": u_th,
+        "valid_slope": bool(fit.a > 0),
     },
     snakemake.output.fit,
 )
-plots.beta_vs_u(u, beta, bins, fit.a, fit.b, snakemake.output.figure,
-                subtitle=f"{len(tokens)} traced tokens; R2 = {fit.r2:.3f}, r = {fit.pearson_r:.3f}")
+plots.beta_vs_u(
+    u,
+    beta,
+    bins,
+    fit.a,
+    fit.b,
+    snakemake.output.figure,
+    subtitle=f"{len(tokens)} traced tokens; R2 = {fit.r2:.3f}, r = {fit.pearson_r:.3f}",
+)

@@ -20,15 +20,26 @@ draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, s
 records = prompt_split(snakemake.input.prompts, "calib")
 cfg = decoding_config(params.decoding, tokenizer, target, temperature=0.0)
 table, draft_hidden, target_hidden = mine_labels(
-    draft, target, chat_prompts(tokenizer, records, params.system_prompt), [r.id for r in records],
-    [r.gold_answer for r in records], max_new_tokens=wisv["max_new_tokens"],
-    eos_token_ids=cfg.eos_token_ids, pad_token_id=cfg.pad_token_id,
+    draft,
+    target,
+    chat_prompts(tokenizer, records, params.system_prompt),
+    [r.id for r in records],
+    [r.gold_answer for r in records],
+    max_new_tokens=wisv["max_new_tokens"],
+    eos_token_ids=cfg.eos_token_ids,
+    pad_token_id=cfg.pad_token_id,
     batch_size=cfg.batch_size,
     decode_text=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
-    similarity=semantic_similarity, similarity_threshold=wisv["similarity_threshold"],
-    max_mismatches_per_prompt=wisv["max_mismatches_per_prompt"], hidden_dtype=np.float16,
+    similarity=semantic_similarity,
+    similarity_threshold=wisv["similarity_threshold"],
+    max_mismatches_per_prompt=wisv["max_mismatches_per_prompt"],
+    hidden_dtype=np.float16,
 )
-logging.info("%d mismatches from %d prompts, %.1f%% important", len(table), len(records),
-             100 * table["label"].mean() if len(table) else float("nan"))
+logging.info(
+    "%d mismatches from %d prompts, %.1f%% important",
+    len(table),
+    len(records),
+    100 * table["label"].mean() if len(table) else float("nan"),
+)
 write_npz(snakemake.output.hidden, draft=draft_hidden, target=target_hidden)
 write_parquet(table, snakemake.output.table)

@@ -35,22 +35,45 @@ latency = {
 u_th = fit_info["u_th"] if fit_info["u_th"] >= 0 else None
 if cuhlm["joint_threshold"]:
     solution = optimize_k_star(
-        trace, k_grid, fit, cuhlm["theta_tv"], latency,
-        u_th_grid=sorted(set(trace["u"].round(6))), risk_budget=cuhlm["risk_budget"],
+        trace,
+        k_grid,
+        fit,
+        cuhlm["theta_tv"],
+        latency,
+        u_th_grid=sorted(set(trace["u"].round(6))),
+        risk_budget=cuhlm["risk_budget"],
     )
 else:
     solution = optimize_k_star(trace, k_grid, fit, cuhlm["theta_tv"], latency, u_th=u_th)
-logging.info("k* = %d (u_th %s), E[tau] = %.4f s, %s via %s", solution.k_star, solution.u_th,
-             solution.objective_s, solution.status, solution.solver)
+logging.info(
+    "k* = %d (u_th %s), E[tau] = %.4f s, %s via %s",
+    solution.k_star,
+    solution.u_th,
+    solution.objective_s,
+    solution.status,
+    solution.solver,
+)
 write_csv(solution.table, snakemake.output.table)
 write_json(
     {
-        "k_star": solution.k_star, "u_th": solution.u_th, "objective_s": solution.objective_s,
-        "status": solution.status, "solver": solution.solver, "slack": solution.slack,
-        "theta_tv": cuhlm["theta_tv"], "vocab_size": vocab_size, "k_grid": k_grid,
-        "latency_inputs": latency, "joint_threshold": cuhlm["joint_threshold"],
+        "k_star": solution.k_star,
+        "u_th": solution.u_th,
+        "objective_s": solution.objective_s,
+        "status": solution.status,
+        "solver": solution.solver,
+        "slack": solution.slack,
+        "theta_tv": cuhlm["theta_tv"],
+        "vocab_size": vocab_size,
+        "k_grid": k_grid,
+        "latency_inputs": latency,
+        "joint_threshold": cuhlm["joint_threshold"],
     },
     snakemake.output.kstar,
 )
-plots.bound_vs_k(solution.table, cuhlm["theta_tv"], solution.k_star, snakemake.output.figure,
-                 subtitle=f"|V| = {vocab_size}; {len(trace)} traced tokens")
+plots.bound_vs_k(
+    solution.table,
+    cuhlm["theta_tv"],
+    solution.k_star,
+    snakemake.output.figure,
+    subtitle=f"|V| = {vocab_size}; {len(trace)} traced tokens",
+)

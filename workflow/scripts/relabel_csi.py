@@ -30,25 +30,49 @@ uplink_bits = fh_payload(gamma, vocab_size, draft_hidden_size, wisv["hidden_bits
 samples, described = [], []
 for i in range(cfg["num_csi_samples"]):
     condition = ChannelCondition(
-        name=f"csi{i}", fading="rayleigh", bandwidth_hz=cfg["bandwidth_hz"],
-        snr_db=float(rng.uniform(*cfg["snr_db_range"])), rtt_s=float(rng.uniform(*cfg["rtt_s_range"])),
+        name=f"csi{i}",
+        fading="rayleigh",
+        bandwidth_hz=cfg["bandwidth_hz"],
+        snr_db=float(rng.uniform(*cfg["snr_db_range"])),
+        rtt_s=float(rng.uniform(*cfg["rtt_s_range"])),
     )
     gain = float(sample_power_gains(condition, 1, rng)[0])
     rate = float(uplink_rate_bps(condition, gain))
     features = csi_features(condition, gain)
-    cost = repair_cost_s(rate, condition.rtt_s, gamma, profile.draft_token_s,
-                         profile.target_verify(gamma), uplink_bits)
-    samples.append({"features": {k: features[k] for k in wisv["csi_features"]},
-                    "repair_cost_s": cost})
-    described.append({"csi_sample": i, "snr_db_mean": condition.snr_db, "rtt_s": condition.rtt_s,
-                      "gain": gain, "rate_mbps": rate / 1e6, "repair_cost_s": cost})
+    cost = repair_cost_s(
+        rate,
+        condition.rtt_s,
+        gamma,
+        profile.draft_token_s,
+        profile.target_verify(gamma),
+        uplink_bits,
+    )
+    samples.append(
+        {"features": {k: features[k] for k in wisv["csi_features"]}, "repair_cost_s": cost}
+    )
+    described.append(
+        {
+            "csi_sample": i,
+            "snr_db_mean": condition.snr_db,
+            "rtt_s": condition.rtt_s,
+            "gain": gain,
+            "rate_mbps": rate / 1e6,
+            "repair_cost_s": cost,
+        }
+    )
 relabeled = relabel_over_csi(table, samples, cfg["lam_s_per_risk"], cfg["risk_budget"])
 safe = safe_fraction_by_channel(relabeled).merge(
     pd.DataFrame(described).drop(columns="repair_cost_s"), on="csi_sample"
 )
-logging.info("safe fraction from %.3f (best channel) to %.3f (worst)",
-             safe["safe_fraction"].iloc[0], safe["safe_fraction"].iloc[-1])
+logging.info(
+    "safe fraction from %.3f (best channel) to %.3f (worst)",
+    safe["safe_fraction"].iloc[0],
+    safe["safe_fraction"].iloc[-1],
+)
 write_parquet(relabeled, snakemake.output.train)
 write_csv(safe, snakemake.output.safe)
-plots.safe_vs_channel(safe, float((table["label"] == 0).mean()) if len(table) else float("nan"),
-                      snakemake.output.figure)
+plots.safe_vs_channel(
+    safe,
+    float((table["label"] == 0).mean()) if len(table) else float("nan"),
+    snakemake.output.figure,
+)
