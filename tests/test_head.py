@@ -42,7 +42,7 @@ def test_separable_data_reaches_high_auc():
     assert metrics["val_auc"] > 0.9 and metrics["train_auc"] > 0.9
     assert metrics["n_train"] + metrics["n_val"] == len(y)
     assert 1 <= metrics["best_epoch"] <= metrics["epochs_run"] == len(metrics["history"])
-    assert metrics["pos_fraction"] == pytest.approx(y[split_by_group(groups, 0.2, 0)[0]].mean())
+    assert metrics["pos_fraction"] == pytest.approx(y[split_by_group(groups, 0.2, 0, labels=y)[0]].mean())
     q = head_accept_probability(head, xd, xt, csi)
     assert q.shape == (len(y),) and float(q.min()) >= 0 and float(q.max()) <= 1
 
@@ -85,7 +85,7 @@ def test_split_is_by_group():
     # train_head uses the same split: its counts match.
     xd, xt, csi, y, g = synthetic(n=500)
     _, metrics = train_head(xd, xt, csi, y, g, HeadConfig(epochs=1), val_fraction=0.3)
-    tr, va = split_by_group(g, 0.3, HeadConfig().seed)
+    tr, va = split_by_group(g, 0.3, HeadConfig().seed, labels=y)
     assert (metrics["n_train"], metrics["n_val"]) == (len(tr), len(va))
     assert metrics["n_groups_train"] + metrics["n_groups_val"] == len(np.unique(g))
 
@@ -159,3 +159,15 @@ def test_train_head_input_errors():
         train_head(xd, xt, csi, np.ones_like(y), groups, HeadConfig(epochs=1))
     with pytest.raises(ValueError):
         train_head(xd, xt, csi, y, np.zeros_like(groups), HeadConfig(epochs=1))
+
+
+def test_stratified_split_keeps_both_classes_when_possible():
+    # Important labels sit in two prompts only: a plain group shuffle can miss them.
+    groups = np.repeat(np.arange(12), 4)
+    labels = np.ones(len(groups))
+    labels[groups == 3] = 0
+    labels[groups == 8] = 0
+    for seed in range(5):
+        tr, va = split_by_group(groups, 0.25, seed, labels=labels)
+        assert set(groups[tr]).isdisjoint(groups[va])
+        assert set(labels[tr]) == {0.0, 1.0} and set(labels[va]) == {0.0, 1.0}

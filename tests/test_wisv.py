@@ -449,3 +449,19 @@ def test_mine_labels_open_text_and_cap(tiny_draft_close, tiny_target):
     # Exact-match similarity: every substitution changes the text, so all are important.
     assert (table["label"] == 1).all() and (table["risk"] == 1.0).all()
     assert (table["similarity"] == 0.0).all()
+
+
+def test_greedy_equivalence_check_accepts_equal_and_rejects_real_divergence(tiny_target):
+    from edgespec.wisv import check_greedy_equivalence
+
+    prompt = [3, 5, 7]
+    with torch.no_grad():
+        logits = tiny_target(torch.tensor([prompt])).logits[0, -1]
+    best, runner_up = logits.topk(2).indices.tolist()
+    ok = check_greedy_equivalence(tiny_target, [prompt], [[best, 1]], [[best, 1]], 0.25)
+    assert ok["identical"] == 1
+    with pytest.raises(AssertionError, match="not a numerical near-tie"):
+        check_greedy_equivalence(tiny_target, [prompt], [[runner_up]], [[best]], 1e-9)
+    gap = float(logits[best] - logits[runner_up])
+    tie = check_greedy_equivalence(tiny_target, [prompt], [[runner_up]], [[best]], gap + 1e-6)
+    assert tie["near_tie_divergences"] == 1

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import GroupShuffleSplit
+from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold
 from torch import nn
 
 MIN_STD = 1e-6
@@ -148,13 +148,29 @@ def head_accept_probability(
         return torch.sigmoid(head(h_draft, h_target, csi))
 
 
-def split_by_group(groups: Any, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Train/validation row indices such that no group (prompt) lies in both (GroupShuffleSplit)."""
+def split_by_group(
+    groups: Any, val_fraction: float, seed: int, labels: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Train/validation row indices such that no group (prompt) lies in both.
+
+    With ``labels``, the split is stratified by group (StratifiedGroupKFold, the first fold
+    whose both sides hold both classes), because mined labels are few and clustered by prompt
+    and a plain group shuffle often leaves one side with a single class. Otherwise, or when no
+    fold qualifies, GroupShuffleSplit.
+    """
     groups = np.asarray(groups)
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
     if len(np.unique(groups)) < 2:
         raise ValueError("need at least two groups to split by group")
+    if labels is not None:
+        labels = np.asarray(labels)
+        n_splits = min(max(2, round(1 / val_fraction)), len(np.unique(groups)))
+        if len(np.unique(labels)) == 2:
+            folds = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
+            for train_idx, val_idx in folds.split(np.zeros(len(groups)), labels, groups):
+                if len(np.unique(labels[train_idx])) == 2 and len(np.unique(labels[val_idx])) == 2:
+                    return np.sort(train_idx), np.sort(val_idx)
     splitter = GroupShuffleSplit(n_splits=1, test_size=val_fraction, random_state=seed)
     train_idx, val_idx = next(splitter.split(np.zeros(len(groups)), groups=groups))
     return np.sort(train_idx), np.sort(val_idx)
@@ -213,7 +229,7 @@ def train_head(
     else:
         csi_t, d_csi = None, 0
 
-    train_idx, val_idx = split_by_group(groups, val_fraction, cfg.seed)
+    train_idx, val_idx = split_by_group(groups, val_fraction, cfg.seed, labels=y_safe)
     y_train, y_val = y[train_idx], y[val_idx]
     for name, part in (("train", y_train), ("validation", y_val)):
         if part.min() == part.max():

@@ -830,3 +830,43 @@ def wisv_metrics(rounds: pd.DataFrame, latencies: Any, uplink_bits: Any = None) 
         "uplink_bytes_per_round": up_round,
         "uplink_bytes_per_token": up_token,
     }
+
+
+@torch.inference_mode()
+def check_greedy_equivalence(
+    target: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    speculative: Sequence[Sequence[int]],
+    reference: Sequence[Sequence[int]],
+    tie_margin: float,
+) -> dict[str, Any]:
+    """Check that vanilla greedy SD reproduced the target's own greedy tokens.
+
+    ``speculative`` and ``reference`` are the new tokens per prompt of greedy SD and of
+    target-only greedy decoding. Where a row diverges, the target scores the common prefix once
+    more: a divergence is accepted only as a numerical near-tie (the two tokens' logits within
+    ``tie_margin``, as batched low-precision matmuls of different shapes can flip), otherwise
+    AssertionError. Returns counts for the log.
+    """
+    device = next(target.parameters()).device
+    identical, ties, margins = 0, 0, []
+    for prompt, ours, theirs in zip(prompts, speculative, reference, strict=True):
+        if list(ours) == list(theirs):
+            identical += 1
+            continue
+        p = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
+        if p is None:  # one is a prefix of the other: only a budget/EOS difference
+            ties += 1
+            continue
+        ids = torch.tensor([list(prompt) + list(ours[:p])], device=device)
+        logits = target(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
+        margin = abs(float(logits[ours[p]] - logits[theirs[p]]))
+        margins.append(margin)
+        if margin > tie_margin:
+            raise AssertionError(
+                f"greedy SD diverged from the target's greedy output at new token {p} with a "
+                f"logit margin {margin:.4f} > {tie_margin}: not a numerical near-tie"
+            )
+        ties += 1
+    return {"prompts": len(prompts), "identical": identical, "near_tie_divergences": ties,
+            "max_margin": max(margins, default=0.0)}

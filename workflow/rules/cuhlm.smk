@@ -154,6 +154,7 @@ rule report_cuhlm:
         fit="results/cuhlm/calibration/fit.json",
         thresholds="results/cuhlm/calibration/thresholds.csv",
         kstar="results/cuhlm/calibration/kstar.json",
+        k_table="results/cuhlm/calibration/k_table.csv",
         online=(
             "results/cuhlm/decode/cuhlm_online/tokens.parquet"
             if "cuhlm_online" in CUHLM_VARIANTS

@@ -13,7 +13,7 @@ from edgespec.channel import ChannelCondition
 from edgespec.head import load_head
 from edgespec.models import load_pair_from_dir
 from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
-from edgespec.seeding import numpy_rng
+from edgespec.seeding import numpy_rng, torch_generator
 from edgespec.wisv import csi_vector_encoder, decode_wisv, head_acceptance, topk_acceptance
 
 params = snakemake.params
@@ -59,6 +59,16 @@ rounds, completions = decode_wisv(
     csi_encoder=encoder,
 )
 elapsed = time.perf_counter() - start
+if variant == "vanilla_sd" and gamma == min(wisv["gammas"]):
+    # Losslessness on the real pair: vanilla greedy SD must give the target's greedy tokens.
+    from edgespec.engine import generate_tokenwise
+    from edgespec.wisv import check_greedy_equivalence
+
+    prompts = chat_prompts(tokenizer, records, params.system_prompt)
+    alone = generate_tokenwise(prompts, cfg, torch_generator(params.seed, "check"), target=target)
+    check = check_greedy_equivalence(target, prompts, completions, alone,
+                                     tie_margin=wisv["greedy_tie_margin"])
+    logging.info("greedy SD vs target-only greedy: %s", check)
 tokens = int(rounds["num_committed"].sum())
 logging.info(
     "%s g%d %s: %d tokens, %d rounds in %.1f s",

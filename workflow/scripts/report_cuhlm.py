@@ -42,6 +42,7 @@ subtitle = f"{provenance.get('preset')} pair; latency profile: {profile_source}"
 comparison = paper_comparison(summary)
 fit = read_json(snakemake.input.fit)
 kstar = read_json(snakemake.input.kstar)
+k_table = pd.read_csv(snakemake.input.k_table)
 thresholds = pd.read_csv(snakemake.input.thresholds)
 headline_cols = [
     "variant",
@@ -70,6 +71,8 @@ with atomic_path(snakemake.output.markdown) as tmp:
                 markdown_table(comparison),
                 "## Thresholds",
                 markdown_table(thresholds),
+                "## Top-k: online bound, measured TVD and how often each bound holds",
+                markdown_table(k_table),
                 "## Every variant and channel",
                 markdown_table(summary[headline_cols]),
             ]

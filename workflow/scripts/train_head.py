@@ -47,7 +47,7 @@ def fit(xd, xt, csi, y_safe, groups, use_csi, risk):
         use_csi=use_csi,
     )
     head, metrics = train_head(xd, xt, csi, y_safe, groups, cfg, val_fraction=hc["val_fraction"])
-    _, val = split_by_group(groups, hc["val_fraction"], cfg.seed)
+    _, val = split_by_group(groups, hc["val_fraction"], cfg.seed, labels=y_safe)
     q_val = head_accept_probability(head, xd[val], xt[val], None if csi is None else csi[val])
     q_val = q_val.numpy()
     tau, tau_table = choose_threshold(
