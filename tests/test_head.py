@@ -42,7 +42,9 @@ def test_separable_data_reaches_high_auc():
     assert metrics["val_auc"] > 0.9 and metrics["train_auc"] > 0.9
     assert metrics["n_train"] + metrics["n_val"] == len(y)
     assert 1 <= metrics["best_epoch"] <= metrics["epochs_run"] == len(metrics["history"])
-    assert metrics["pos_fraction"] == pytest.approx(y[split_by_group(groups, 0.2, 0, labels=y)[0]].mean())
+    assert metrics["pos_fraction"] == pytest.approx(
+        y[split_by_group(groups, 0.2, 0, labels=y)[0]].mean()
+    )
     q = head_accept_probability(head, xd, xt, csi)
     assert q.shape == (len(y),) and float(q.min()) >= 0 and float(q.max()) <= 1
 

@@ -19,21 +19,38 @@ def _tool(name: str) -> str:
 
 
 def test_ruff_reports_nothing():
-    proc = subprocess.run([_tool("ruff"), "check", "src", "tests", "bench", "workflow/scripts"],
-                          cwd=REPO_ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [_tool("ruff"), "check", "src", "tests", "bench", "workflow/scripts"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_rule_files_pass_snakefmt():
     rules = ["Snakefile", *sorted(str(p) for p in (REPO_ROOT / "workflow/rules").glob("*.smk"))]
-    proc = subprocess.run([_tool("snakefmt"), "--check", *rules], cwd=REPO_ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [_tool("snakefmt"), "--check", *rules], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_snakemake_lint_reports_nothing(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint", "--snakefile",
-                           str(REPO_ROOT / "Snakefile"), "--directory", str(tmp_path)],
-                          cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--lint",
+            "--snakefile",
+            str(REPO_ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Lints for" not in proc.stdout + proc.stderr

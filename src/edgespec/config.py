@@ -12,6 +12,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -121,18 +123,7 @@ def cuhlm_variants(config: dict) -> list[str]:
     wanted = set(config["cuhlm"]["variants"]) | {"llm_only", "hlm"}
     if "random_skip" in wanted:
         wanted.add(config["cuhlm"]["random_skip_reference"])
-    order = [
-        "llm_only",
-        "slm_only",
-        "hlm",
-        "random_skip",
-        "uhlm_risk_averse",
-        "uhlm_risk_prone",
-        "fixed_topk",
-        "cuhlm_offline",
-        "cuhlm_online",
-    ]
-    return [v for v in order if v in wanted]
+    return [v for v in CUHLM_VARIANTS if v in wanted]
 
 
 def wisv_channels(config: dict) -> dict[str, dict]:
@@ -152,8 +143,7 @@ def wisv_channels(config: dict) -> dict[str, dict]:
 
 def wisv_variants(config: dict) -> list[str]:
     wanted = set(config["wisv"]["variants"]) | {"vanilla_sd"}
-    order = ["vanilla_sd", "topk_accept", "head_no_csi", "wisv_fh", "wisv_sh"]
-    return [v for v in order if v in wanted]
+    return [v for v in WISV_VARIANTS if v in wanted]
 
 
 def schema_reference_markdown(schema: dict | None = None) -> str:

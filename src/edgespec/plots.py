@@ -185,28 +185,9 @@ def head_calibration(curves: dict, path, bins: int = 10) -> None:
 def latency_vs_channel(curves: dict, path, subtitle=None) -> None:
     """End-to-end latency per answer of FH and SH over average SNR (where each protocol wins)."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, (snr, latency) in curves.items():
-        ax.plot(snr, latency, "o-", ms=3, label=label)
-    if len(curves) == 2:
-        (s, a), (_, b) = curves.values()
-        ax.fill_between(
-            s,
-            a,
-            b,
-            where=np.asarray(a) < np.asarray(b),
-            alpha=0.15,
-            color="C0",
-            label=f"{list(curves)[0]} faster",
-        )
-        ax.fill_between(
-            s,
-            a,
-            b,
-            where=np.asarray(a) >= np.asarray(b),
-            alpha=0.15,
-            color="C1",
-            label=f"{list(curves)[1]} faster",
-        )
+    for i, (label, (snr, latency)) in enumerate(curves.items()):
+        style = "o-" if label.startswith("FH") else "s--"
+        ax.plot(snr, latency, style, ms=3, color=f"C{i // 2}", label=label)
     ax.set_yscale("log")
     ax.set_xlabel("average uplink SNR (dB)")
     ax.set_ylabel("end-to-end latency per answer (s)")

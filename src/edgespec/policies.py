@@ -30,18 +30,9 @@ import torch
 from edgespec.calibration import LinearFit
 from edgespec.engine import TokenPolicy, UploadFull
 from edgespec.kselect import online_k
+from edgespec.variants import CUHLM_VARIANTS
 
-VARIANTS = (
-    "llm_only",
-    "slm_only",
-    "hlm",
-    "random_skip",
-    "uhlm_risk_averse",
-    "uhlm_risk_prone",
-    "fixed_topk",
-    "cuhlm_offline",
-    "cuhlm_online",
-)
+VARIANTS = CUHLM_VARIANTS
 """Every variant id, in the order reports list them."""
 
 SINGLE_MODEL_VARIANTS = ("llm_only", "slm_only")

@@ -30,3 +30,24 @@ def prompt_split(paths: Sequence[str], split: str) -> list[PromptRecord]:
 
 def chat_prompts(tokenizer, records: Sequence[PromptRecord], system: str | None) -> list[list[int]]:
     return [chat_token_ids(tokenizer, r.prompt, system) for r in records]
+
+
+def write_completions(path, records: Sequence[PromptRecord], completions, tokenizer) -> None:
+    """One JSON line per prompt: its id, decoded text and new token ids (written atomically)."""
+    import json
+
+    from edgespec.artifacts import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
+        for record, ids in zip(records, completions, strict=True):
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            fh.write(json.dumps({"prompt_id": record.id, "text": text, "tokens": ids}) + "\n")
+
+
+def completion_texts(path, records: Sequence[PromptRecord]) -> list[str]:
+    """The decoded texts of a completions file, in the order of ``records``."""
+    import json
+
+    with open(path) as fh:
+        by_id = {row["prompt_id"]: row["text"] for row in map(json.loads, fh)}
+    return [by_id[r.id] for r in records]

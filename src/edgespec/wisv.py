@@ -60,8 +60,9 @@ from edgespec.protocols import (
     vanilla_payload,
 )
 from edgespec.sampling import VerificationResult, accept_by_rule
+from edgespec.variants import WISV_VARIANTS
 
-VARIANTS = ("vanilla_sd", "topk_accept", "head_no_csi", "wisv_fh", "wisv_sh")
+VARIANTS = WISV_VARIANTS
 HEAD_VARIANTS = ("head_no_csi", "wisv_fh", "wisv_sh")
 VARIANT_PROTOCOL = {
     "vanilla_sd": "ids",
@@ -868,5 +869,9 @@ def check_greedy_equivalence(
                 f"logit margin {margin:.4f} > {tie_margin}: not a numerical near-tie"
             )
         ties += 1
-    return {"prompts": len(prompts), "identical": identical, "near_tie_divergences": ties,
-            "max_margin": max(margins, default=0.0)}
+    return {
+        "prompts": len(prompts),
+        "identical": identical,
+        "near_tie_divergences": ties,
+        "max_margin": max(margins, default=0.0),
+    }

@@ -4,18 +4,17 @@ from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
-import json
 import logging
 import time
 
 import pandas as pd
 
-from edgespec.artifacts import atomic_path, read_json, write_parquet
+from edgespec.artifacts import read_json, write_parquet
 from edgespec.calibration import LinearFit
 from edgespec.cuhlm import decode_variant
 from edgespec.models import load_pair_from_dir
 from edgespec.policies import build_policy
-from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
+from edgespec.runconfig import chat_prompts, decoding_config, prompt_split, write_completions
 from edgespec.seeding import torch_generator
 
 params = snakemake.params
@@ -64,8 +63,4 @@ logging.info(
     "%s: %d tokens in %.1f s (%.2f tokens/s)", variant, len(tokens), elapsed, len(tokens) / elapsed
 )
 write_parquet(tokens, snakemake.output.tokens)
-with atomic_path(snakemake.output.completions) as tmp:
-    with open(tmp, "w") as fh:
-        for record, ids in zip(records, completions, strict=True):
-            text = tokenizer.decode(ids, skip_special_tokens=True)
-            fh.write(json.dumps({"prompt_id": record.id, "text": text, "tokens": ids}) + "\n")
+write_completions(snakemake.output.completions, records, completions, tokenizer)

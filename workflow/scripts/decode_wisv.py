@@ -4,15 +4,14 @@ from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
-import json
 import logging
 import time
 
-from edgespec.artifacts import atomic_path, write_parquet
+from edgespec.artifacts import write_parquet
 from edgespec.channel import ChannelCondition
 from edgespec.head import load_head
 from edgespec.models import load_pair_from_dir
-from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
+from edgespec.runconfig import chat_prompts, decoding_config, prompt_split, write_completions
 from edgespec.seeding import numpy_rng, torch_generator
 from edgespec.wisv import csi_vector_encoder, decode_wisv, head_acceptance, topk_acceptance
 
@@ -66,8 +65,9 @@ if variant == "vanilla_sd" and gamma == min(wisv["gammas"]):
 
     prompts = chat_prompts(tokenizer, records, params.system_prompt)
     alone = generate_tokenwise(prompts, cfg, torch_generator(params.seed, "check"), target=target)
-    check = check_greedy_equivalence(target, prompts, completions, alone,
-                                     tie_margin=wisv["greedy_tie_margin"])
+    check = check_greedy_equivalence(
+        target, prompts, completions, alone, tie_margin=wisv["greedy_tie_margin"]
+    )
     logging.info("greedy SD vs target-only greedy: %s", check)
 tokens = int(rounds["num_committed"].sum())
 logging.info(
@@ -80,8 +80,4 @@ logging.info(
     elapsed,
 )
 write_parquet(rounds, snakemake.output.rounds)
-with atomic_path(snakemake.output.completions) as tmp:
-    with open(tmp, "w") as fh:
-        for record, ids in zip(records, completions, strict=True):
-            text = tokenizer.decode(ids, skip_special_tokens=True)
-            fh.write(json.dumps({"prompt_id": record.id, "text": text, "tokens": ids}) + "\n")
+write_completions(snakemake.output.completions, records, completions, tokenizer)

@@ -4,7 +4,6 @@ from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
-import json
 
 import numpy as np
 import pandas as pd
@@ -12,7 +11,7 @@ import pandas as pd
 from edgespec.artifacts import read_json, write_json
 from edgespec.channel import ChannelCondition, uplink_rate_bps
 from edgespec.delay import LatencyProfile
-from edgespec.runconfig import prompt_split
+from edgespec.runconfig import completion_texts, prompt_split
 from edgespec.scoring import answer_fidelity, exact_match, semantic_similarity
 from edgespec.seeding import numpy_rng
 from edgespec.wisv import draw_round_gains, round_latencies, round_uplink_bits, wisv_metrics
@@ -49,12 +48,8 @@ uplink = round_uplink_bits(rounds, variant, protocol, gamma)
 metrics = wisv_metrics(rounds, latencies, uplink)
 
 
-def texts(path):
-    by_id = {row["prompt_id"]: row["text"] for row in map(json.loads, open(path))}
-    return [by_id[r.id] for r in records]
-
-
-ours, vanilla = texts(snakemake.input.completions), texts(snakemake.input.reference)
+ours = completion_texts(snakemake.input.completions, records)
+vanilla = completion_texts(snakemake.input.reference, records)
 refs = [r.reference or v for r, v in zip(records, vanilla, strict=True)]
 em = [x for x in exact_match(ours, [r.gold_answer for r in records]) if x is not None]
 metrics.update(

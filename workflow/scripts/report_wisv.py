@@ -68,28 +68,35 @@ curves = {}
 if snakemake.input.wisv_rounds:
     rounds = pd.read_parquet(snakemake.input.wisv_rounds[0])
     gamma = int(rounds["num_drafted"].iloc[0])
-    base = ChannelCondition.from_dict(params.channels[rounds["condition"].iloc[0]])
     protocol = {
         "vocab_size": provenance["models"]["target"]["logits_size"],
         "hidden_size": provenance["models"]["draft"]["hidden_size"],
         "bits_per_value": params.wisv["hidden_bits"],
     }
     snrs = np.arange(-20, 41, 2.5)
-    for variant in ("wisv_fh", "wisv_sh"):
-        lat = []
-        for snr in snrs:
-            cond = ChannelCondition.from_dict({**base.to_dict(), "snr_db": float(snr)})
-            priced = rounds.assign(rate_bps=np.asarray(uplink_rate_bps(cond, rounds["gain"])))
-            per_round = round_latencies(priced, variant, protocol, profile, cond.rtt_s, gamma)
-            lat.append(per_round.sum() / rounds["prompt_id"].nunique())
-        curves[variant] = (snrs, np.asarray(lat))
-    curve_note = (
-        f"rounds of WISV at gamma={gamma} ({base.name}: W = {base.bandwidth_hz:g} Hz, "
-        f"RTT = {base.rtt_s:g} s), priced at each SNR"
-    )
+    # Each channel's bandwidth and RTT, swept over SNR: FH wins at long RTT or fast uplinks,
+    # SH at short RTT and slow uplinks.
+    for spec in params.channels.values():
+        base = ChannelCondition.from_dict(spec)
+        fields = {
+            k: v for k, v in base.to_dict().items() if k not in ("tx_power_dbm", "distance_m")
+        }
+        for variant in ("wisv_fh", "wisv_sh"):
+            lat = []
+            for snr in snrs:
+                cond = ChannelCondition.from_dict({**fields, "snr_db": float(snr)})
+                priced = rounds.assign(rate_bps=np.asarray(uplink_rate_bps(cond, rounds["gain"])))
+                per_round = round_latencies(priced, variant, protocol, profile, cond.rtt_s, gamma)
+                lat.append(per_round.sum() / rounds["prompt_id"].nunique())
+            label = (
+                f"{variant[5:].upper()}, W {base.bandwidth_hz / 1e6:g} MHz, "
+                f"RTT {base.rtt_s * 1e3:g} ms"
+            )
+            curves[label] = (snrs, np.asarray(lat))
+    curve_note = f"WISV rounds at gamma={gamma} priced at each SNR"
 else:
     curve_note = "no WISV variant configured"
-plots.latency_vs_channel(curves, snakemake.output.latency, subtitle=f"{subtitle}; {curve_note}")
+plots.latency_vs_channel(curves, snakemake.output.latency, subtitle=f"{subtitle}\n{curve_note}")
 plots.aal_vs_gamma(summary, snakemake.output.aal, subtitle=subtitle)
 plots.accuracy_vs_tau(
     {

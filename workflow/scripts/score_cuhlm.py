@@ -4,23 +4,23 @@ from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
-import json
 
 import pandas as pd
 
 from edgespec.artifacts import write_parquet
 from edgespec.cuhlm import text_scores
-from edgespec.runconfig import prompt_split
+from edgespec.runconfig import completion_texts, prompt_split
 
 records = prompt_split(snakemake.input.prompts, "eval")
 
 
-def texts(path):
-    by_id = {row["prompt_id"]: row["text"] for row in map(json.loads, open(path))}
-    return [by_id[r.id] for r in records]
-
-
-outputs = dict(zip(snakemake.params.variants, map(texts, snakemake.input.completions), strict=True))
+outputs = dict(
+    zip(
+        snakemake.params.variants,
+        (completion_texts(p, records) for p in snakemake.input.completions),
+        strict=True,
+    )
+)
 frames = []
 for variant, variant_texts in outputs.items():
     scores = text_scores(variant_texts, records, outputs["llm_only"])
