@@ -28,8 +28,12 @@ def prompt_split(paths: Sequence[str], split: str) -> list[PromptRecord]:
     return [r for path in paths for r in read_jsonl(path) if r.split == split]
 
 
-def chat_prompts(tokenizer, records: Sequence[PromptRecord], system: str | None) -> list[list[int]]:
-    return [chat_token_ids(tokenizer, r.prompt, system) for r in records]
+def chat_prompts(tokenizer, records: Sequence[PromptRecord], prompting: dict) -> list[list[int]]:
+    """Chat-templated token ids; the system message is the record's task's, if configured
+    (``task_system_prompts``), else ``system_prompt`` (None: the template's default)."""
+    by_task = prompting.get("task_system_prompts") or {}
+    default = prompting.get("system_prompt")
+    return [chat_token_ids(tokenizer, r.prompt, by_task.get(r.task, default)) for r in records]
 
 
 def write_completions(path, records: Sequence[PromptRecord], completions, tokenizer) -> None:

@@ -23,6 +23,10 @@ MODEL_THREADS = MODELS["threads"]
 # What model stages need to load the cached pair; other model keys (threads, preset) do not
 # change their results and so are not params (a change to them reruns nothing).
 MODEL_LOAD = {key: MODELS[key] for key in ("dtype", "device")}
+PROMPTING = {
+    "system_prompt": config["data"]["system_prompt"],
+    "task_system_prompts": config["data"]["task_system_prompts"],
+}
 CHANNELS = channel_conditions(config)
 CUHLM_VARIANTS = cuhlm_variants(config)
 WISV_CHANNELS = wisv_channels(config)

@@ -85,7 +85,7 @@ rule decode_cuhlm:
         decoding=config["decoding"],
         uncertainty=config["uncertainty"],
         cuhlm=config["cuhlm"],
-        system_prompt=config["data"]["system_prompt"],
+        prompting=PROMPTING,
         seed=config["seed"],
     script:
         "../scripts/decode_cuhlm.py"

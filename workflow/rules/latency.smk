@@ -21,7 +21,7 @@ rule profile_latency:
         latency=config["latency"],
         gammas=PROFILE_GAMMAS,
         uncertainty=config["uncertainty"],
-        system_prompt=config["data"]["system_prompt"],
+        prompting=PROMPTING,
         seed=config["seed"],
     script:
         "../scripts/profile_latency.py"

@@ -23,7 +23,7 @@ rule collect_traces:
         decoding=config["decoding"],
         uncertainty=config["uncertainty"],
         traces=config["traces"],
-        system_prompt=config["data"]["system_prompt"],
+        prompting=PROMPTING,
         seed=config["seed"],
     script:
         "../scripts/collect_traces.py"

@@ -21,7 +21,7 @@ rule mine_labels:
         models=MODEL_LOAD,
         decoding=config["decoding"],
         wisv=config["wisv"],
-        system_prompt=config["data"]["system_prompt"],
+        prompting=PROMPTING,
     script:
         "../scripts/mine_labels.py"
 
@@ -117,7 +117,7 @@ rule decode_wisv:
         decoding=config["decoding"],
         wisv=config["wisv"],
         channels=WISV_CHANNELS,
-        system_prompt=config["data"]["system_prompt"],
+        prompting=PROMPTING,
         seed=config["seed"],
     script:
         "../scripts/decode_wisv.py"

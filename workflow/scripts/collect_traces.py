@@ -4,36 +4,26 @@ from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
-import logging  # noqa: E402
-import time  # noqa: E402
+import logging
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from edgespec.artifacts import write_json, write_npz, write_parquet  # noqa: E402
-from edgespec.datasets import chat_token_ids, read_jsonl  # noqa: E402
-from edgespec.engine import DecodingConfig  # noqa: E402
-from edgespec.models import load_pair_from_dir, stop_token_ids  # noqa: E402
-from edgespec.seeding import torch_generator  # noqa: E402
-from edgespec.traces import collect_traces  # noqa: E402
+from edgespec.artifacts import write_json, write_npz, write_parquet
+from edgespec.models import load_pair_from_dir
+from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
+from edgespec.seeding import torch_generator
+from edgespec.traces import collect_traces
 
 params = snakemake.params
 draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)
-records = [r for r in read_jsonl(snakemake.input.prompts) if r.split == "calib"]
-prompts = [chat_token_ids(tokenizer, r.prompt, params.system_prompt) for r in records]
-dec = params.decoding
-cfg = DecodingConfig(
-    max_new_tokens=dec["max_new_tokens"],
-    temperature=dec["temperature"],
-    eos_token_ids=stop_token_ids(tokenizer, target),
-    pad_token_id=tokenizer.pad_token_id or 0,
-    batch_size=dec["batch_size"],
-    keep_hidden=params.traces["store_hidden"],
-)
+records = prompt_split([snakemake.input.prompts], "calib")
+cfg = decoding_config(params.decoding, tokenizer, target, keep_hidden=params.traces["store_hidden"])
 start = time.perf_counter()
 result = collect_traces(
     draft,
     target,
-    prompts,
+    chat_prompts(tokenizer, records, params.prompting),
     [r.id for r in records],
     cfg,
     params.traces["k_grid"],
@@ -59,7 +49,7 @@ write_json(
         "vocab_size": result.tokens.attrs["k_grid"][-1],
         "decode_seconds": elapsed,
         "tokens_per_second": len(result.tokens) / elapsed if elapsed > 0 else None,
-        "decoding": dec,
+        "decoding": params.decoding,
         "uncertainty": params.uncertainty,
         "completions": {
             r.id: tokenizer.decode(g, skip_special_tokens=True)

@@ -52,7 +52,7 @@ tokens, completions = decode_variant(
     variant,
     draft,
     target,
-    chat_prompts(tokenizer, records, params.system_prompt),
+    chat_prompts(tokenizer, records, params.prompting),
     [r.id for r in records],
     cfg,
     policy,

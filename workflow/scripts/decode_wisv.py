@@ -48,7 +48,7 @@ rounds, completions = decode_wisv(
     "wisv_fh" if variant == "wisv" else variant,
     draft,
     target,
-    chat_prompts(tokenizer, records, params.system_prompt),
+    chat_prompts(tokenizer, records, params.prompting),
     [r.id for r in records],
     cfg,
     gamma,
@@ -63,7 +63,7 @@ if variant == "vanilla_sd" and gamma == min(wisv["gammas"]):
     from edgespec.engine import generate_tokenwise
     from edgespec.wisv import check_greedy_equivalence
 
-    prompts = chat_prompts(tokenizer, records, params.system_prompt)
+    prompts = chat_prompts(tokenizer, records, params.prompting)
     alone = generate_tokenwise(prompts, cfg, torch_generator(params.seed, "check"), target=target)
     check = check_greedy_equivalence(
         target, prompts, completions, alone, tie_margin=wisv["greedy_tie_margin"]

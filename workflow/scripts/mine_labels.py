@@ -22,7 +22,7 @@ cfg = decoding_config(params.decoding, tokenizer, target, temperature=0.0)
 table, draft_hidden, target_hidden = mine_labels(
     draft,
     target,
-    chat_prompts(tokenizer, records, params.system_prompt),
+    chat_prompts(tokenizer, records, params.prompting),
     [r.id for r in records],
     [r.gold_answer for r in records],
     max_new_tokens=wisv["max_new_tokens"],

@@ -11,15 +11,16 @@ latency = params.latency
 if latency["mode"] == "given":
     profile = {**latency["given"], "source": "given"}
 else:
-    from edgespec.datasets import chat_token_ids, read_jsonl
+    from edgespec.datasets import read_jsonl
     from edgespec.models import load_pair_from_dir
     from edgespec.profiling import measure_latency_profile
+    from edgespec.runconfig import chat_prompts
 
     draft, target, tokenizer = load_pair_from_dir(
         params.model_dir, params.models, snakemake.threads
     )
     record = read_jsonl(snakemake.input.prompts)[0]
-    prompt = chat_token_ids(tokenizer, record.prompt, params.system_prompt)
+    prompt = chat_prompts(tokenizer, [record], params.prompting)[0]
     profile = measure_latency_profile(
         draft,
         target,
