@@ -97,7 +97,7 @@ def test_slurm_profile_dry_run_requests_resources(tmp_path):
     blocks = proc.stdout.split("rule ")
     traces = next(b for b in blocks if b.startswith("collect_traces:"))
     assert "gpu=1" in traces and "mem_mb=64000" in traces and "runtime=720" in traces
-    assert "threads: 8" in traces
+    assert "cpus_per_task=8" in traces
     assert "slurm_account=acct" in traces
     fetch = next(b for b in blocks if b.startswith("fetch_models:"))
     assert "localrule fetch_models" in proc.stdout or "gpu=1" not in fetch
@@ -175,6 +175,8 @@ def test_killed_run_resumes_to_identical_artifacts(smoke_run, tmp_path):
         time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    # A killed Snakemake leaves its lock: release it, as the README says, then resume.
+    _run(["--unlock", *SMOKE, "--directory", str(tmp_path)], tmp_path)
     _run(["--cores", "2", *SMOKE, "--directory", str(tmp_path), "--rerun-incomplete"], tmp_path)
     for rel in COMPARED:
         a, b = smoke_run / rel, tmp_path / rel

@@ -18,8 +18,10 @@ profile = LatencyProfile.from_dict(read_json(snakemake.input.profile))
 vocab_size = read_json(snakemake.input.kstar)["vocab_size"]
 prob_bits = snakemake.params.cuhlm["prob_bits"]
 condition = ChannelCondition.from_dict(snakemake.params.condition)
-# The fading stream depends on the channel only: every variant sees the same draws.
-rng = numpy_rng(snakemake.params.seed, "channel", channel)
+# The fading stream depends on the fading model only: every variant, and every SNR of the
+# sweep, sees the same normalised gains |h|^2 (common random numbers), so curves over SNR
+# are not reshuffled by which tokens happen to meet a deep fade.
+rng = numpy_rng(snakemake.params.seed, "channel", condition.fading, condition.k_factor)
 delays = apply_channel(
     tokens, variant, condition, profile, vocab_size, prob_bits, rng, uses_uncertainty(variant)
 )
