@@ -197,6 +197,15 @@ def risk_prone_threshold(fit: LinearFit, delta: float) -> float:
     return (delta - fit.b) / fit.a
 
 
+def _mean_over_skipped(u_arr: np.ndarray, values: np.ndarray, u_th: float) -> RiskEstimate:
+    if u_arr.size == 0:
+        raise CalibrationError("no calibration tokens")
+    skipped = u_arr <= u_th
+    if not skipped.any():
+        return RiskEstimate(0.0, 0.0)
+    return RiskEstimate(float(values[skipped].mean()), float(skipped.mean()))
+
+
 def predicted_risk(fit: LinearFit, u, u_th: float) -> RiskEstimate:
     """Risk among skipped tokens under the clipped linear model.
 
@@ -204,25 +213,13 @@ def predicted_risk(fit: LinearFit, u, u_th: float) -> RiskEstimate:
     uncertainty distribution ``u``.
     """
     u_arr, _ = _as_arrays(u)
-    if u_arr.size == 0:
-        raise CalibrationError("no calibration tokens")
-    skipped = u_arr <= u_th
-    fraction = float(skipped.mean())
-    if not skipped.any():
-        return RiskEstimate(0.0, 0.0)
-    return RiskEstimate(float(fit.predict_clipped(u_arr[skipped]).mean()), fraction)
+    return _mean_over_skipped(u_arr, fit.predict_clipped(u_arr), u_th)
 
 
 def empirical_risk(u, beta, u_th: float) -> RiskEstimate:
     """Measured risk among skipped tokens: mean beta over the tokens with u <= u_th."""
     u_arr, beta_arr = _as_arrays(u, beta)
-    if u_arr.size == 0:
-        raise CalibrationError("no calibration tokens")
-    skipped = u_arr <= u_th
-    fraction = float(skipped.mean())
-    if not skipped.any():
-        return RiskEstimate(0.0, 0.0)
-    return RiskEstimate(float(beta_arr[skipped].mean()), fraction)
+    return _mean_over_skipped(u_arr, beta_arr, u_th)
 
 
 def risk_budget_threshold(
