@@ -13,7 +13,6 @@ from edgespec.compression import (
     total_variation,
     upload_bits,
 )
-from edgespec.engine import verify_single_token
 from edgespec.sampling import (
     PLACEHOLDER_TOKEN_ID,
     greedy_verify,
@@ -22,6 +21,7 @@ from edgespec.sampling import (
     rejection_sample,
     residual_distribution,
     sample,
+    verify_single_token,
 )
 from edgespec.uncertainty import entropy, perturbation_uncertainty
 

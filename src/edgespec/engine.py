@@ -31,9 +31,10 @@ from edgespec.sampling import (
     greedy_verify,
     probabilities,
     rejection_sample,
-    residual_distribution,
     sample,
+    verify_single_token,
 )
+from edgespec.uncertainty import perturbation_uncertainty
 
 
 @dataclass
@@ -229,25 +230,6 @@ class UploadFull(TokenPolicy):
         return torch.zeros(batch, dtype=torch.bool), torch.full((batch,), vocab, dtype=torch.long)
 
 
-def verify_single_token(
-    draft_tokens: torch.Tensor,
-    received_probs: torch.Tensor,
-    target_probs: torch.Tensor,
-    generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One-token speculative verification against the distribution the edge received.
-
-    Accept d with probability min(1, y_d / x_hat_d), else draw from (y - x_hat)^+ normalised.
-    Returns (committed tokens [B], accepted [B] bool).
-    """
-    x_d = received_probs.gather(1, draft_tokens.unsqueeze(1)).squeeze(1).to(torch.float64)
-    y_d = target_probs.gather(1, draft_tokens.unsqueeze(1)).squeeze(1).to(torch.float64)
-    uniform = torch.rand(draft_tokens.shape, generator=generator, dtype=torch.float64)
-    accepted = uniform * x_d <= y_d
-    recovered = sample(residual_distribution(target_probs, received_probs), generator)
-    return torch.where(accepted, draft_tokens, recovered), accepted
-
-
 def _draw(probs: torch.Tensor, logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
     return logits.argmax(-1) if temperature == 0 else sample(probs, generator)
 
@@ -270,8 +252,6 @@ def generate_tokenwise(
     if draft is None and target is None:
         raise ValueError("need a draft model, a target model, or both")
     policy = policy or UploadFull()
-    from edgespec.uncertainty import perturbation_uncertainty
-
     results: list[list[int]] = [[] for _ in prompts]
     for start in range(0, len(prompts), cfg.batch_size):
         indices = list(range(start, min(start + cfg.batch_size, len(prompts))))

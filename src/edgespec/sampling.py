@@ -156,3 +156,22 @@ def rejection_sample(
     recovered = sample(residual_distribution(target_probs[:, :gamma], draft_probs), generator)
     bonus = sample(target_probs[:, gamma], generator)
     return accept_by_rule(draft_tokens, accepted, torch.cat([recovered, bonus.unsqueeze(1)], dim=1))
+
+
+def verify_single_token(
+    draft_tokens: torch.Tensor,
+    received_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One-token speculative verification against the distribution the edge received.
+
+    Accept d with probability min(1, y_d / x_hat_d), else draw from (y - x_hat)^+ normalised.
+    Returns (committed tokens [B], accepted [B] bool).
+    """
+    x_d = received_probs.gather(1, draft_tokens.unsqueeze(1)).squeeze(1).to(torch.float64)
+    y_d = target_probs.gather(1, draft_tokens.unsqueeze(1)).squeeze(1).to(torch.float64)
+    uniform = torch.rand(draft_tokens.shape, generator=generator, dtype=torch.float64)
+    accepted = uniform * x_d <= y_d
+    recovered = sample(residual_distribution(target_probs, received_probs), generator)
+    return torch.where(accepted, draft_tokens, recovered), accepted

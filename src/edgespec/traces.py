@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from edgespec.compression import resampling_distortion, topk_mass_and_error
 from edgespec.engine import DecodingConfig, TokenStep, UploadFull, generate_tokenwise
+from edgespec.sampling import rejection_probability
 from edgespec.uncertainty import entropy
 
 
@@ -64,7 +65,7 @@ def collect_traces(
             grid = effective_k_grid(k_grid, vocab)
         x_d = x.gather(1, d.unsqueeze(1)).squeeze(1)
         y_d = y.gather(1, d.unsqueeze(1)).squeeze(1)
-        beta = (1 - y_d / x_d.clamp_min(torch.finfo(x_d.dtype).tiny)).clamp(0, 1)
+        beta = rejection_probability(d, x, y)
         mass, error = topk_mass_and_error(x, grid)
         tvd = resampling_distortion(x, y, grid)
         columns = {
