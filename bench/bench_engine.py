@@ -17,9 +17,10 @@ from pathlib import Path
 
 import torch
 
-from edgespec.datasets import chat_token_ids, load_records
-from edgespec.engine import DecodingConfig, generate_rounds
-from edgespec.models import load_pair
+from edgespec.data.chat import chat_token_ids
+from edgespec.data.prepare import load_records
+from edgespec.decoding.engine import DecodingConfig, generate_rounds
+from edgespec.models.load import load_pair
 from edgespec.seeding import numpy_rng, torch_generator
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgespec.tiny import build_tiny_model
+from edgespec.models.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="session")

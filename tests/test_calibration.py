@@ -1,4 +1,4 @@
-"""Linear rejection model and skip thresholds (SPEC 3.3)."""
+"""Linear rejection model and skip thresholds (methods §3.3)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from edgespec.calibration import (
+from edgespec.cuhlm.calibration import (
     SKIP_NOTHING_THRESHOLD,
     CalibrationError,
     LinearFit,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from edgespec.channel import (
+from edgespec.wireless.channel import (
     ChannelCondition,
     ChannelError,
     achievable_mean_rate,

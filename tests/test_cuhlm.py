@@ -11,22 +11,21 @@ import torch
 from scipy.stats import chisquare
 
 from edgespec import scoring
-from edgespec.calibration import LinearFit
-from edgespec.channel import ChannelCondition
-from edgespec.cuhlm import (
-    TOKEN_COLUMNS,
+from edgespec.cuhlm.calibration import LinearFit
+from edgespec.cuhlm.decode import TOKEN_COLUMNS, decode_variant
+from edgespec.cuhlm.evaluate import (
     apply_channel,
-    decode_variant,
     relative_to,
-    text_scores,
     token_gains,
     uses_uncertainty,
     variant_metrics,
 )
-from edgespec.datasets import PromptRecord
-from edgespec.delay import LatencyProfile
-from edgespec.engine import DecodingConfig
-from edgespec.policies import FixedK, FullUpload, ThresholdPolicy, build_policy
+from edgespec.cuhlm.policies import FixedK, FullUpload, ThresholdPolicy, build_policy
+from edgespec.cuhlm.scores import text_scores
+from edgespec.data.records import PromptRecord
+from edgespec.decoding.engine import DecodingConfig
+from edgespec.wireless.channel import ChannelCondition
+from edgespec.wireless.delay import LatencyProfile
 
 VOCAB = 61
 FIT = LinearFit(a=0.8, b=-0.06, r2=0.5, pearson_r=0.7, n=100)

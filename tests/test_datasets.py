@@ -11,22 +11,13 @@ import datasets as hf_datasets
 import numpy as np
 import pytest
 
-from edgespec import datasets as ds
-from edgespec.datasets import (
-    EMBEDDED,
-    HUB_DATASETS,
-    DatasetError,
-    PromptRecord,
-    answers_match,
-    assign_splits,
-    chat_token_ids,
-    extract_final_number,
-    generate_arithmetic,
-    generate_arithmetic_problems,
-    load_records,
-    read_jsonl,
-    write_jsonl,
-)
+from edgespec.data import records as ds
+from edgespec.data.answers import answers_match, extract_final_number
+from edgespec.data.arithmetic import generate_arithmetic, generate_arithmetic_problems
+from edgespec.data.chat import chat_token_ids
+from edgespec.data.hub import HUB_DATASETS
+from edgespec.data.prepare import assign_splits, load_records
+from edgespec.data.records import EMBEDDED, DatasetError, PromptRecord, read_jsonl, write_jsonl
 
 GOOD = {
     "id": "a-1",
@@ -363,7 +354,7 @@ def test_hub_adapters_convert_rows(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_tokenizer():
-    from edgespec.tiny import build_tiny_tokenizer
+    from edgespec.models.tiny import build_tiny_tokenizer
 
     corpus = [r.prompt for r in generate_arithmetic(30, np.random.default_rng(0))]
     return build_tiny_tokenizer(corpus + ["You are helpful.", "user assistant system"])

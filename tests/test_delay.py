@@ -1,4 +1,4 @@
-"""CU-HLM per-token delay model and latency profiles (SPEC 5)."""
+"""CU-HLM per-token delay model and latency profiles (methods §5)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from edgespec.compression import upload_bits
-from edgespec.delay import LatencyProfile, throughput_tokens_per_s, tokenwise_delays
+from edgespec.wireless.delay import LatencyProfile, throughput_tokens_per_s, tokenwise_delays
+from edgespec.wireless.payload import upload_bits
 
 PROFILE = LatencyProfile(
     draft_token_s=0.01,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgespec.engine import (
+from edgespec.decoding.engine import (
     DecodingConfig,
     TokenPolicy,
     generate_rounds,

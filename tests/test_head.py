@@ -1,4 +1,4 @@
-"""WISV decision head (SPEC 4.2): training, CSI use, determinism, threshold, persistence."""
+"""WISV decision head (methods §4.2): training, CSI use, determinism, threshold, persistence."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgespec.head import (
+from edgespec.wisv.head import (
     REJECT_ALL_TAU,
     DecisionHead,
     HeadConfig,

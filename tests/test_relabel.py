@@ -1,4 +1,4 @@
-"""Channel-aware relabeling (SPEC 4.2): exactness, monotonicity in the channel, budget."""
+"""Channel-aware relabeling (methods §4.2): exactness, monotonicity in the channel, budget."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgespec.relabel import (
+from edgespec.wisv.relabel import (
     RelabelError,
     csi_feature_columns,
     relabel_mismatches,

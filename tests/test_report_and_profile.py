@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from edgespec.config import ConfigError, channel_conditions, validate_config, wisv_channels
-from edgespec.delay import LatencyProfile
 from edgespec.profiling import measure_latency_profile
 from edgespec.report import markdown_table, paper_comparison, wisv_comparison, wisv_relative
+from edgespec.wireless.delay import LatencyProfile
 
 
 def test_paper_comparison_reads_the_named_condition():

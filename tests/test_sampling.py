@@ -6,14 +6,13 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from edgespec.compression import (
+from edgespec.decoding.compression import (
     reconstruct_topk,
     resampling_distortion,
     topk_mass_and_error,
     total_variation,
-    upload_bits,
 )
-from edgespec.sampling import (
+from edgespec.decoding.sampling import (
     PLACEHOLDER_TOKEN_ID,
     greedy_verify,
     probabilities,
@@ -23,7 +22,8 @@ from edgespec.sampling import (
     sample,
     verify_single_token,
 )
-from edgespec.uncertainty import entropy, perturbation_uncertainty
+from edgespec.decoding.uncertainty import entropy, perturbation_uncertainty
+from edgespec.wireless.payload import upload_bits
 
 V = 6
 N = 40_000
@@ -160,7 +160,7 @@ def test_distortion_vanishes_at_full_vocabulary():
 
 
 def test_payload_bits_follow_spec():
-    assert upload_bits(32_000, 32_000, prob_bits=8) == 736_000  # 92 kB, SPEC 3.1
+    assert upload_bits(32_000, 32_000, prob_bits=8) == 736_000  # 92 kB, methods §3.1
     assert upload_bits(30, 32_000) == 690
     assert upload_bits(1, 151_936) == 8 + 18
 

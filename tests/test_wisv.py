@@ -9,24 +9,21 @@ import pandas as pd
 import pytest
 import torch
 
-from edgespec.channel import ChannelCondition, csi_features, uplink_rate_bps
-from edgespec.datasets import extract_final_number
-from edgespec.delay import LatencyProfile
-from edgespec.engine import DecodingConfig, generate_tokenwise, strict_acceptance
-from edgespec.head import REJECT_ALL_TAU, DecisionHead
-from edgespec.wisv import (
-    LABEL_COLUMNS,
-    ROUND_COLUMNS,
+from edgespec.data.answers import extract_final_number
+from edgespec.decoding.engine import DecodingConfig, generate_tokenwise, strict_acceptance
+from edgespec.wireless.channel import ChannelCondition, csi_features, uplink_rate_bps
+from edgespec.wireless.delay import LatencyProfile
+from edgespec.wisv.acceptance import head_acceptance, topk_acceptance
+from edgespec.wisv.decode import ROUND_COLUMNS, decode_wisv
+from edgespec.wisv.evaluate import (
     VARIANTS,
-    decode_wisv,
     draw_round_gains,
-    head_acceptance,
-    mine_labels,
     round_latencies,
     round_uplink_bits,
-    topk_acceptance,
     wisv_metrics,
 )
+from edgespec.wisv.head import REJECT_ALL_TAU, DecisionHead
+from edgespec.wisv.labels import LABEL_COLUMNS, mine_labels
 
 VOCAB = 61
 HIDDEN = 32
@@ -452,7 +449,7 @@ def test_mine_labels_open_text_and_cap(tiny_draft_close, tiny_target):
 
 
 def test_greedy_equivalence_check_accepts_equal_and_rejects_real_divergence(tiny_target):
-    from edgespec.wisv import check_greedy_equivalence
+    from edgespec.wisv.decode import check_greedy_equivalence
 
     prompt = [3, 5, 7]
     with torch.no_grad():

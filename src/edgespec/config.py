@@ -128,7 +128,7 @@ def cuhlm_variants(config: dict) -> list[str]:
 
 def wisv_channels(config: dict) -> dict[str, dict]:
     """The WISV channel conditions as {name: ChannelCondition fields}, checked now."""
-    from edgespec.channel import ChannelCondition, ChannelError
+    from edgespec.wireless.channel import ChannelCondition, ChannelError
 
     out = {}
     for name, fields in config["wisv"]["channels"].items():

@@ -1,4 +1,4 @@
-"""Measured compute-time profile of a model pair on the machine running the workflow (SPEC 5).
+"""Measured compute-time profile of a model pair on the machine running the workflow (methods §5).
 
 One stream (batch 1), as one device would run it: draft time per token, target time per
 token, target time for one verification forward over gamma+1 tokens, and the time of the
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from edgespec.uncertainty import perturbation_uncertainty
+from edgespec.decoding.uncertainty import perturbation_uncertainty
 
 
 def _sync() -> None:
@@ -64,7 +64,8 @@ def measure_latency_profile(
     theta_max: float,
     seed: int,
 ) -> dict:
-    """A latency profile dict (seconds) in the format of :class:`edgespec.delay.LatencyProfile`."""
+    """A latency profile dict (seconds) in the format of
+    :class:`edgespec.wireless.delay.LatencyProfile`."""
     draft_token_s = _forward_time(draft, prompt, 1, repeats)
     target_token_s = _forward_time(target, prompt, 1, repeats)
     verify = {str(g): _forward_time(target, prompt, g + 1, repeats) for g in sorted(set(gammas))}

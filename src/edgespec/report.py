@@ -1,4 +1,5 @@
-"""Report tables: per-condition summaries and the papers' reference numbers beside ours (SPEC 8)."""
+"""Report tables: per-condition summaries and the papers' reference numbers beside ours
+(methods §8)."""
 
 from __future__ import annotations
 

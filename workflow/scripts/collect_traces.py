@@ -1,4 +1,5 @@
-"""Rule collect_traces: standard-HLM per-token traces of the calibration prompts."""
+"""Rule collect_traces (CU-HLM wing, edgespec.cuhlm.traces): standard-HLM per-token traces of the
+calibration prompts."""
 
 from edgespec.artifacts import setup_logging
 
@@ -10,10 +11,10 @@ import time
 import numpy as np
 
 from edgespec.artifacts import write_json, write_npz, write_parquet
-from edgespec.models import load_pair_from_dir
+from edgespec.cuhlm.traces import collect_traces
+from edgespec.models.load import load_pair_from_dir
 from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
 from edgespec.seeding import torch_generator
-from edgespec.traces import collect_traces
 
 params = snakemake.params
 draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)

@@ -1,4 +1,5 @@
-"""Rule decode_cuhlm: decode the evaluation prompts under one CU-HLM family variant."""
+"""Rule decode_cuhlm (CU-HLM wing, edgespec.cuhlm.decode): decode the evaluation prompts under one
+CU-HLM family variant."""
 
 from edgespec.artifacts import setup_logging
 
@@ -10,10 +11,10 @@ import time
 import pandas as pd
 
 from edgespec.artifacts import read_json, write_parquet
-from edgespec.calibration import LinearFit
-from edgespec.cuhlm import decode_variant
-from edgespec.models import load_pair_from_dir
-from edgespec.policies import build_policy
+from edgespec.cuhlm.calibration import LinearFit
+from edgespec.cuhlm.decode import decode_variant
+from edgespec.cuhlm.policies import build_policy
+from edgespec.models.load import load_pair_from_dir
 from edgespec.runconfig import chat_prompts, decoding_config, prompt_split, write_completions
 from edgespec.seeding import torch_generator
 

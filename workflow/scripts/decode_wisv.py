@@ -1,4 +1,5 @@
-"""Rule decode_wisv: greedy gamma-token rounds under one WISV-study variant."""
+"""Rule decode_wisv (WISV wing, edgespec.wisv.decode): greedy gamma-token rounds under one
+WISV-study variant."""
 
 from edgespec.artifacts import setup_logging
 
@@ -8,12 +9,13 @@ import logging
 import time
 
 from edgespec.artifacts import write_parquet
-from edgespec.channel import ChannelCondition
-from edgespec.head import load_head
-from edgespec.models import load_pair_from_dir
+from edgespec.models.load import load_pair_from_dir
 from edgespec.runconfig import chat_prompts, decoding_config, prompt_split, write_completions
 from edgespec.seeding import numpy_rng, torch_generator
-from edgespec.wisv import csi_vector_encoder, decode_wisv, head_acceptance, topk_acceptance
+from edgespec.wireless.channel import ChannelCondition
+from edgespec.wisv.acceptance import head_acceptance, topk_acceptance
+from edgespec.wisv.decode import csi_vector_encoder, decode_wisv
+from edgespec.wisv.head import load_head
 
 params = snakemake.params
 wisv = params.wisv
@@ -60,8 +62,8 @@ rounds, completions = decode_wisv(
 elapsed = time.perf_counter() - start
 if variant == "vanilla_sd" and gamma == min(wisv["gammas"]):
     # Losslessness on the real pair: vanilla greedy SD must give the target's greedy tokens.
-    from edgespec.engine import generate_tokenwise
-    from edgespec.wisv import check_greedy_equivalence
+    from edgespec.decoding.engine import generate_tokenwise
+    from edgespec.wisv.decode import check_greedy_equivalence
 
     prompts = chat_prompts(tokenizer, records, params.prompting)
     alone = generate_tokenwise(prompts, cfg, torch_generator(params.seed, "check"), target=target)

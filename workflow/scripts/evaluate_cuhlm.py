@@ -1,4 +1,5 @@
-"""Rule evaluate_cuhlm: one decoded variant under one channel condition -> SPEC 6 metrics."""
+"""Rule evaluate_cuhlm (CU-HLM wing, edgespec.cuhlm.evaluate): one decoded variant under one channel
+condition -> methods §6 metrics."""
 
 from edgespec.artifacts import setup_logging
 
@@ -7,10 +8,10 @@ setup_logging(snakemake.log[0])
 import pandas as pd
 
 from edgespec.artifacts import read_json, write_json
-from edgespec.channel import ChannelCondition
-from edgespec.cuhlm import apply_channel, uses_uncertainty, variant_metrics
-from edgespec.delay import LatencyProfile
+from edgespec.cuhlm.evaluate import apply_channel, uses_uncertainty, variant_metrics
 from edgespec.seeding import numpy_rng
+from edgespec.wireless.channel import ChannelCondition
+from edgespec.wireless.delay import LatencyProfile
 
 variant, channel = snakemake.wildcards.variant, snakemake.wildcards.channel
 tokens = pd.read_parquet(snakemake.input.tokens)

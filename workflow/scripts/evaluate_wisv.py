@@ -1,4 +1,5 @@
-"""Rule evaluate_wisv: one variant's rounds priced under one channel and gamma, plus scores."""
+"""Rule evaluate_wisv (WISV wing, edgespec.wisv.evaluate): one variant's rounds priced under one
+channel and gamma, plus scores."""
 
 from edgespec.artifacts import setup_logging
 
@@ -9,12 +10,17 @@ import numpy as np
 import pandas as pd
 
 from edgespec.artifacts import read_json, write_json
-from edgespec.channel import ChannelCondition, uplink_rate_bps
-from edgespec.delay import LatencyProfile
 from edgespec.runconfig import completion_texts, prompt_split
 from edgespec.scoring import answer_fidelity, exact_match, semantic_similarity
 from edgespec.seeding import numpy_rng
-from edgespec.wisv import draw_round_gains, round_latencies, round_uplink_bits, wisv_metrics
+from edgespec.wireless.channel import ChannelCondition, uplink_rate_bps
+from edgespec.wireless.delay import LatencyProfile
+from edgespec.wisv.evaluate import (
+    draw_round_gains,
+    round_latencies,
+    round_uplink_bits,
+    wisv_metrics,
+)
 
 params = snakemake.params
 wisv = params.wisv

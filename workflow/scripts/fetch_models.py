@@ -1,4 +1,4 @@
-"""Rule fetch_models: materialise the configured draft/target pair (see edgespec.models)."""
+"""Rule fetch_models (edgespec.models.fetch): materialise the configured draft/target pair."""
 
 from pathlib import Path
 
@@ -6,8 +6,8 @@ from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
-from edgespec.datasets import load_records  # noqa: E402
-from edgespec.models import fetch_pair  # noqa: E402
+from edgespec.data.prepare import load_records
+from edgespec.models.fetch import fetch_pair
 from edgespec.seeding import numpy_rng  # noqa: E402
 
 models = snakemake.params.models

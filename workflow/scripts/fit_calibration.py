@@ -1,4 +1,5 @@
-"""Rule fit_calibration: beta ~ a u + b on the traces, thresholds, and the beta-vs-u figure."""
+"""Rule fit_calibration (CU-HLM wing, edgespec.cuhlm.calibration): beta ~ a u + b on the traces,
+thresholds, and the beta-vs-u figure."""
 
 from edgespec.artifacts import setup_logging
 
@@ -10,7 +11,7 @@ import pandas as pd
 
 from edgespec import plots
 from edgespec.artifacts import write_csv, write_json
-from edgespec.calibration import (
+from edgespec.cuhlm.calibration import (
     SKIP_NOTHING_THRESHOLD,
     binned_rejection,
     fit_rejection_model,

@@ -1,4 +1,5 @@
-"""Rule mine_labels: AutoJudge-style safe/important labels of draft-target mismatches."""
+"""Rule mine_labels (WISV wing, edgespec.wisv.labels): AutoJudge-style safe/important labels of
+draft-target mismatches."""
 
 from edgespec.artifacts import setup_logging
 
@@ -9,10 +10,10 @@ import logging
 import numpy as np
 
 from edgespec.artifacts import write_npz, write_parquet
-from edgespec.models import load_pair_from_dir
+from edgespec.models.load import load_pair_from_dir
 from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
 from edgespec.scoring import semantic_similarity
-from edgespec.wisv import mine_labels
+from edgespec.wisv.labels import mine_labels
 
 params = snakemake.params
 wisv = params.wisv

@@ -1,4 +1,5 @@
-"""Rule optimize_k: the offline k* as a mixed-integer programme (cvxpy, HiGHS)."""
+"""Rule optimize_k (CU-HLM wing, edgespec.cuhlm.kselect): the offline k* as a mixed-integer
+programme (cvxpy, HiGHS)."""
 
 from edgespec.artifacts import setup_logging
 
@@ -10,10 +11,10 @@ import pandas as pd
 
 from edgespec import plots
 from edgespec.artifacts import read_json, write_csv, write_json
-from edgespec.calibration import LinearFit
-from edgespec.channel import ChannelCondition, ergodic_rate_bps
-from edgespec.delay import LatencyProfile
-from edgespec.kselect import optimize_k_star
+from edgespec.cuhlm.calibration import LinearFit
+from edgespec.cuhlm.kselect import optimize_k_star
+from edgespec.wireless.channel import ChannelCondition, ergodic_rate_bps
+from edgespec.wireless.delay import LatencyProfile
 
 cuhlm = snakemake.params.cuhlm
 fit_info = read_json(snakemake.input.fit)

@@ -1,4 +1,5 @@
-"""Rule prepare_data: draw one configured prompt set and split it into calib/eval."""
+"""Rule prepare_data (edgespec.data.prepare): draw one configured prompt set and split it into
+calib/eval."""
 
 from edgespec.artifacts import setup_logging
 
@@ -6,7 +7,8 @@ setup_logging(snakemake.log[0])
 
 import logging  # noqa: E402
 
-from edgespec.datasets import assign_splits, load_records, write_jsonl  # noqa: E402
+from edgespec.data.prepare import assign_splits, load_records
+from edgespec.data.records import write_jsonl
 from edgespec.seeding import numpy_rng  # noqa: E402
 
 spec = snakemake.params.spec

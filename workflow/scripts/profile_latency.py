@@ -1,4 +1,4 @@
-"""Rule profile_latency: measured (or configured) compute times of the pair."""
+"""Rule profile_latency (edgespec.profiling): measured (or configured) compute times of the pair."""
 
 from edgespec.artifacts import setup_logging
 
@@ -11,8 +11,8 @@ latency = params.latency
 if latency["mode"] == "given":
     profile = {**latency["given"], "source": "given"}
 else:
-    from edgespec.datasets import read_jsonl
-    from edgespec.models import load_pair_from_dir
+    from edgespec.data.records import read_jsonl
+    from edgespec.models.load import load_pair_from_dir
     from edgespec.profiling import measure_latency_profile
     from edgespec.runconfig import chat_prompts
 

@@ -1,4 +1,5 @@
-"""Rule relabel_csi: repair/skip decisions of every mismatch under sampled CSI (cvxpy MILP)."""
+"""Rule relabel_csi (WISV wing, edgespec.wisv.relabel): repair/skip decisions of every mismatch
+under sampled CSI (cvxpy MILP)."""
 
 from edgespec.artifacts import setup_logging
 
@@ -11,11 +12,16 @@ import pandas as pd
 
 from edgespec import plots
 from edgespec.artifacts import read_json, write_csv, write_parquet
-from edgespec.channel import ChannelCondition, csi_features, sample_power_gains, uplink_rate_bps
-from edgespec.delay import LatencyProfile
-from edgespec.protocols import fh_payload
-from edgespec.relabel import relabel_over_csi, repair_cost_s, safe_fraction_by_channel
 from edgespec.seeding import numpy_rng
+from edgespec.wireless.channel import (
+    ChannelCondition,
+    csi_features,
+    sample_power_gains,
+    uplink_rate_bps,
+)
+from edgespec.wireless.delay import LatencyProfile
+from edgespec.wisv.protocols import fh_payload
+from edgespec.wisv.relabel import relabel_over_csi, repair_cost_s, safe_fraction_by_channel
 
 wisv = snakemake.params.wisv
 cfg = wisv["relabel"]

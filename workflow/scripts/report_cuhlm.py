@@ -1,4 +1,5 @@
-"""Rule report_cuhlm: the CU-HLM summary table, the paper comparison and the figures."""
+"""Rule report_cuhlm (CU-HLM wing, edgespec.report): the CU-HLM summary table, the paper comparison
+and the figures."""
 
 from edgespec.artifacts import setup_logging
 
@@ -8,7 +9,7 @@ import pandas as pd
 
 from edgespec import plots
 from edgespec.artifacts import atomic_path, read_json, write_csv
-from edgespec.cuhlm import relative_to
+from edgespec.cuhlm.evaluate import relative_to
 from edgespec.report import markdown_table, paper_comparison
 
 params = snakemake.params

@@ -1,4 +1,5 @@
-"""Rule report_wisv: WISV against vanilla SD beside the paper's numbers, and the figures."""
+"""Rule report_wisv (WISV wing, edgespec.report): WISV against vanilla SD beside the paper's
+numbers, and the figures."""
 
 from edgespec.artifacts import setup_logging
 
@@ -9,10 +10,10 @@ import pandas as pd
 
 from edgespec import plots
 from edgespec.artifacts import atomic_path, read_json, write_csv
-from edgespec.channel import ChannelCondition, uplink_rate_bps
-from edgespec.delay import LatencyProfile
 from edgespec.report import markdown_table, wisv_comparison, wisv_relative
-from edgespec.wisv import round_latencies
+from edgespec.wireless.channel import ChannelCondition, uplink_rate_bps
+from edgespec.wireless.delay import LatencyProfile
+from edgespec.wisv.evaluate import round_latencies
 
 params = snakemake.params
 metrics = pd.DataFrame([read_json(p) for p in snakemake.input.metrics]).drop(columns="condition")

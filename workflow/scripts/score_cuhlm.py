@@ -1,4 +1,5 @@
-"""Rule score_cuhlm: per-prompt text scores of every decoded CU-HLM variant."""
+"""Rule score_cuhlm (CU-HLM wing, edgespec.cuhlm.scores): per-prompt text scores of every decoded
+CU-HLM variant."""
 
 from edgespec.artifacts import setup_logging
 
@@ -8,7 +9,7 @@ setup_logging(snakemake.log[0])
 import pandas as pd
 
 from edgespec.artifacts import write_parquet
-from edgespec.cuhlm import text_scores
+from edgespec.cuhlm.scores import text_scores
 from edgespec.runconfig import completion_texts, prompt_split
 
 records = prompt_split(snakemake.input.prompts, "eval")

@@ -1,4 +1,5 @@
-"""Rule train_head: the WISV head (hidden states + CSI, relabeled) and the no-CSI judge head."""
+"""Rule train_head (WISV wing, edgespec.wisv.head): the WISV head (hidden states + CSI, relabeled)
+and the no-CSI judge head."""
 
 from edgespec.artifacts import setup_logging
 
@@ -12,8 +13,8 @@ import torch
 
 from edgespec import plots
 from edgespec.artifacts import write_json
-from edgespec.channel import ChannelCondition, csi_features
-from edgespec.head import (
+from edgespec.wireless.channel import ChannelCondition, csi_features
+from edgespec.wisv.head import (
     HeadConfig,
     choose_threshold,
     head_accept_probability,

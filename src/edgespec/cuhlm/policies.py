@@ -1,10 +1,10 @@
-"""Device-side per-token policies of the CU-HLM family (SPEC 3.3-3.5).
+"""Device-side per-token policies of the CU-HLM family (methods §3.3-3.5).
 
 A policy sees only what the device knows (draft logits z, draft distribution x, draft token d,
 uncertainty u) and decides per row whether to keep d without verification (skip) and, if not,
 how many distribution entries to upload (k; k = |V| is standard HLM). Upload sizes come from a
 *k rule*: :class:`FullUpload` (k = |V|), :class:`FixedK` (one k, e.g. the offline k*) or
-:class:`OnlineK` (CU-HLM online, k(t) from :func:`edgespec.kselect.online_k`).
+:class:`OnlineK` (CU-HLM online, k(t) from :func:`edgespec.cuhlm.kselect.online_k`).
 
 Random-number use (it matters for coupled comparisons): the engine draws the M uncertainty
 samples from the decoding generator before it calls :meth:`TokenPolicy.decide`, and
@@ -14,7 +14,7 @@ draws exactly when they compute uncertainty with the same M (and theta_max) and 
 at random: ``ThresholdPolicy(None, FixedK(V), M, theta_max)`` and
 ``UploadFull(M, theta_max)`` decode token for token alike, for any M (M = 0 included).
 
-Variant ids (:data:`VARIANTS`) name the methods of SPEC 3.5; :func:`build_policy` maps a variant
+Variant ids (:data:`VARIANTS`) name the methods of methods §3.5; :func:`build_policy` maps a variant
 and the calibrated parameters to its policy.
 """
 
@@ -27,28 +27,13 @@ from typing import Any
 
 import torch
 
-from edgespec.calibration import LinearFit
-from edgespec.engine import TokenPolicy, UploadFull
-from edgespec.kselect import online_k
-from edgespec.variants import CUHLM_VARIANTS
+from edgespec.cuhlm.calibration import LinearFit
+from edgespec.cuhlm.kselect import online_k
+from edgespec.decoding.engine import TokenPolicy, UploadFull
+from edgespec.variants import CUHLM_VARIANTS, SINGLE_MODEL_VARIANTS
 
 VARIANTS = CUHLM_VARIANTS
 """Every variant id, in the order reports list them."""
-
-SINGLE_MODEL_VARIANTS = ("llm_only", "slm_only")
-"""Variants decoded with one model only (no policy)."""
-
-UNCERTAINTY_VARIANTS = (
-    "uhlm_risk_averse",
-    "uhlm_risk_prone",
-    "fixed_topk",
-    "cuhlm_offline",
-    "cuhlm_online",
-)
-"""Variants whose device computes u(t) to decide; their per-token delay includes tau_unc.
-(``hlm`` may compute u too, to record it for analysis; the device does not need it, so it is
-not charged.)"""
-
 
 # ---------------------------------------------------------------------------------------------
 # k rules
@@ -87,7 +72,7 @@ class FixedK:
 @dataclass(frozen=True)
 class OnlineK:
     """CU-HLM online: k(t) = the smallest k whose online bound U_TV(t; k) <= ``theta_tv``
-    (:func:`edgespec.kselect.online_k`; ``k_max`` caps the search, default |V|)."""
+    (:func:`edgespec.cuhlm.kselect.online_k`; ``k_max`` caps the search, default |V|)."""
 
     fit: LinearFit
     theta_tv: float

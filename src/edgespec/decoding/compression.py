@@ -1,4 +1,4 @@
-"""Top-k compressed upload of the draft distribution (CU-HLM, SPEC 3.1 and 3.4).
+"""Top-k compressed upload of the draft distribution (CU-HLM, methods §3.1 and 3.4).
 
 The device sends the k largest entries of x (values and indices). The edge rebuilds
 x_hat_i = x_i on the top-k set and spreads the remaining mass uniformly,
@@ -7,27 +7,9 @@ x_hat_i = (1 - S_k) / (|V| - k), elsewhere, so x_hat sums to one without renorma
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from edgespec.sampling import residual_distribution
-
-
-def index_bits(vocab_size: int) -> int:
-    """Bits to address one vocabulary entry: ceil(log2 |V|)."""
-    if vocab_size < 2:
-        raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
-    return math.ceil(math.log2(vocab_size))
-
-
-def upload_bits(k: int | torch.Tensor, vocab_size: int, prob_bits: int = 8):
-    """Payload of a top-k upload, B(k) = k * (b_p + ceil(log2 |V|)) bits (SPEC 3.1).
-
-    Standard HLM uploads k = |V| entries: for a 32,000-token vocabulary and b_p = 8 that is
-    736,000 bits = 92 kB per token.
-    """
-    return k * (prob_bits + index_bits(vocab_size))
+from edgespec.decoding.sampling import residual_distribution
 
 
 def vocabulary_ranks(probs: torch.Tensor) -> torch.Tensor:
@@ -71,7 +53,7 @@ def topk_mass_and_error(
     ``probs`` [N, V]; returns two [N, len(k_values)] tensors. One sort serves every k: the
     tail of the sorted distribution above the uniform level u_k = (1 - S_k) / (V - k) is a
     prefix of the tail, so N_k = 2 * (H_k - m_k * u_k) + (V - k) * u_k - T_k, with H_k, m_k the
-    sum and length of that prefix and T_k the tail mass (SPEC 3.4; equals 2(H_k - m_k u_k)
+    sum and length of that prefix and T_k the tail mass (methods §3.4; equals 2(H_k - m_k u_k)
     when x sums to one).
     """
     vocab = probs.shape[-1]
@@ -111,7 +93,7 @@ def resampling_distortion(
 ) -> torch.Tensor:
     """Measured TVD(r, r_hat_k) between the exact residual and the one built from x_hat_k.
 
-    ``draft_probs``, ``target_probs`` [N, V]; returns [N, len(k_values)] (SPEC 3.4).
+    ``draft_probs``, ``target_probs`` [N, V]; returns [N, len(k_values)] (methods §3.4).
     """
     exact = residual_distribution(target_probs, draft_probs)
     ranks = vocabulary_ranks(draft_probs)

@@ -1,4 +1,4 @@
-"""Device-side uncertainty by temperature perturbation (U-HLM, SPEC 3.2).
+"""Device-side uncertainty by temperature perturbation (U-HLM, methods §3.2).
 
 From the draft logits z of one forward pass, draw M tokens d_m ~ softmax(z / theta_m) with
 theta_m ~ U(0, theta_max], and score u = (1/M) sum_m 1{d_m != d}. The M samples reuse the

@@ -56,7 +56,7 @@ def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor)
 def rejection_probability(
     draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor
 ) -> torch.Tensor:
-    """beta_d = max(0, 1 - y_d / x_d) for each drafted token (SPEC 2)."""
+    """beta_d = max(0, 1 - y_d / x_d) for each drafted token (methods §2)."""
     x_d = draft_probs.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
     y_d = target_probs.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
     return (1 - y_d / x_d.clamp_min(torch.finfo(x_d.dtype).tiny)).clamp(0, 1)

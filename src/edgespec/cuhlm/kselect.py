@@ -1,4 +1,4 @@
-"""Choosing the top-k upload size for CU-HLM (SPEC 3.4).
+"""Choosing the top-k upload size for CU-HLM (methods §3.4).
 
 The device knows x, its sampled token d, x_d and its uncertainty u. For each k it can compute
 N_k = ||x - x_hat_k||_1 (:func:`reconstruction_errors_all_k`, one sort per row). Two bounds on
@@ -9,7 +9,7 @@ the resampling distortion TVD(r, r_hat_k) use it:
   most N_k in L1, normalising gives TVD <= N_k / Z, and Z = ||(y - x)^+||_1 >= x_d beta_d;
 - the online bound U_TV(t; k) = N_k / [(1 - x_d) softplus(-1) + x_d softplus(-beta_hat)], with
   beta_hat = clip(a u + b, 0, 1) from the calibration fit. This denominator is the CU-HLM
-  paper's eq. (26) as reconstructed from a public replication (research/cuhlm.md 5.2); it is a
+  paper's eq. (26) as reconstructed from a public replication (docs/methods.md §3.4); it is a
   device-side surrogate for Z, not a proven lower bound, and the evaluation reports how often
   it holds.
 
@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from edgespec.calibration import LinearFit
-from edgespec.compression import upload_bits
+from edgespec.cuhlm.calibration import LinearFit
+from edgespec.wireless.payload import upload_bits
 
 HOLDS_ATOL = 1e-6
 """Absolute slack when counting how often a bound is >= the measured TVD: traces are computed
@@ -85,8 +85,8 @@ def reconstruction_errors_all_k(probs: torch.Tensor) -> torch.Tensor:
 
     One descending sort and one prefix sum per row, then one batched ``searchsorted``: with
     S_k the top-k mass, the tail level l_k = (1 - S_k)^+ / (V - k) (the edge's reconstruction,
-    as in :func:`edgespec.compression.reconstruct_topk`) and T_k the tail mass, the tail entries
-    >= l_k form a prefix of the sorted tail, of length m_k and sum H_k, and
+    as in :func:`edgespec.decoding.compression.reconstruct_topk`) and T_k the tail mass, the
+    tail entries >= l_k form a prefix of the sorted tail, of length m_k and sum H_k, and
     N_k = 2 (H_k - m_k l_k) + (V - k) l_k - T_k. N_V = 0.
     """
     if probs.dim() != 2:
@@ -118,7 +118,7 @@ def online_k(
     k_max: int | None = None,
     eta: float = 1.0,
 ) -> torch.Tensor:
-    """CU-HLM online: per row, the smallest k with U_TV(t; k) <= theta_tv (SPEC 3.4).
+    """CU-HLM online: per row, the smallest k with U_TV(t; k) <= theta_tv (methods §3.4).
 
     Device information only: ``probs`` [B, V] (x), ``draft_tokens`` [B] (d), ``u`` [B] (or a
     scalar) and the calibration ``fit``. k is searched in 1..k_max (default V); a row with no

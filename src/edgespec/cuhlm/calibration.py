@@ -1,11 +1,11 @@
-"""Calibration of the opportunistic-skip rule (U-HLM / CU-HLM, SPEC 3.3).
+"""Calibration of the opportunistic-skip rule (U-HLM / CU-HLM, methods §3.3).
 
 Inputs are per-token arrays from a calibration run of standard HLM in which every token is
 transmitted: the device's uncertainty ``u`` (a multiple of 1/M in [0, 1]) and the realised
 rejection probability ``beta = max(0, 1 - y_d / x_d)``.
 
 The linear model beta ~ a u + b is fitted by ordinary least squares over tokens (not over
-bins). Thresholds follow SPEC 3.3:
+bins). Thresholds follow methods §3.3:
 
 - risk-averse: u_th = -b / a (skip only tokens the model predicts are never rejected);
 - risk-prone: u_th = (delta - b) / a, delta the empirical fraction of tokens with y_d < x_d;
@@ -188,8 +188,8 @@ def rejectable_fraction(x_d, y_d) -> float:
 def risk_prone_threshold(fit: LinearFit, delta: float) -> float:
     """u_th = (delta - b) / a, delta the empirical fraction of tokens with y_d < x_d.
 
-    Reconstructed from a public replication (the papers do not state the formula; SPEC 3.3 and
-    research/cuhlm.md section 4); see :func:`rejectable_fraction` for delta.
+    Reconstructed from a public replication (the papers do not state the formula; methods §3.3 and
+    docs/methods.md §3.3); see :func:`rejectable_fraction` for delta.
     """
     _check_slope(fit)
     if not 0 <= delta <= 1:

@@ -1,4 +1,4 @@
-"""Wireless uplink model: block fading and Shannon-rate links (SPEC 5).
+"""Wireless uplink model: block fading and Shannon-rate links (methods §5).
 
 The uplink rate of one round (WISV) or one token (CU-HLM) is
 
@@ -25,7 +25,7 @@ Every random draw comes from a ``numpy.random.Generator`` passed in by the calle
 
 Pitfall: under Rayleigh fading E[1 / R] diverges (1/x is not integrable at 0 for x ~ Exp(1)),
 so a mean of per-token upload times is dominated by deep fades and converges slowly. Fix the
-seed, and report throughput as tokens / sum of delays (``edgespec.delay``).
+seed, and report throughput as tokens / sum of delays (``edgespec.wireless.delay``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Channel-aware relabeling of draft/target mismatches (WISV, SPEC 4.2).
+"""Channel-aware relabeling of draft/target mismatches (WISV, methods §4.2).
 
 The formulation below is this project's own reconstruction: the WISV paper's relabeling
-objective is not public (shared/research/wisv.md, sections 2 and 5.4).
+objective is not public (docs/methods.md §9).
 
 A mismatch j (the draft token differs from the target's) carries a soft risk r_j in [0, 1],
 the probability that accepting the draft token changes the final answer (label mining,
-SPEC 4.2). Under one CSI sample c the edge can
+methods §4.2). Under one CSI sample c the edge can
 
 - *repair* it (z_j = 1): commit the target's token, which ends the round early, so the answer
   needs about one more interaction round, costing C_rep(c) seconds (``repair_cost_s``); or
@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 FEATURE_PREFIX = "phi_"
-"""Prefix of the CSI feature columns (phi(c) in SPEC 4.1) in ``relabel_over_csi``'s output."""
+"""Prefix of the CSI feature columns (phi(c) in methods §4.1) in ``relabel_over_csi``'s output."""
 
 _SOLVERS = ("HIGHS", "SCIPY")
 _FEASIBILITY_TOL = 1e-6
@@ -75,7 +75,7 @@ def repair_cost_s(
     i.e. the device drafts gamma tokens, uploads ``uplink_bits`` (the round's uplink payload
     under the protocol in use, e.g. ids plus draft hidden states for FH) at the round's uplink
     rate, the edge verifies, and the round trip adds ``rtt_s`` (which also covers the few-byte
-    downlink). Compute times come from the latency profile, never hard-coded (SPEC 5).
+    downlink). Compute times come from the latency profile, never hard-coded (methods §5).
     """
     values = {
         "rtt_s": rtt_s,
@@ -202,7 +202,7 @@ def relabel_over_csi(
     ``mismatches`` has columns ``group_by`` (prompt id), ``risk`` (soft risk in [0, 1]) and
     ``label`` (base label, 0 safe / 1 important); if ``risk`` is absent the hard label is used
     as the risk. Each CSI sample is ``{"features": {name: value}, "repair_cost_s": float}``
-    (features e.g. from ``edgespec.channel.csi_features``).
+    (features e.g. from ``edgespec.wireless.channel.csi_features``).
 
     Returns one row per (mismatch, CSI sample), ordered by sample then mismatch, with columns
     ``mismatch`` (the index label in ``mismatches``), ``group_by``, ``csi_sample`` (position in

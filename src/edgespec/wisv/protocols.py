@@ -1,4 +1,4 @@
-"""WISV upload protocols: per-round payloads and latency (SPEC 4.3 and 5).
+"""WISV upload protocols: per-round payloads and latency (methods §4.3 and 5).
 
 One round drafts gamma tokens on the device and verifies them with one target forward on the
 edge. Payloads [bit]:
@@ -12,7 +12,7 @@ edge. Payloads [bit]:
 - downlink of every round: the accepted count, ceil(log2(gamma + 1)) bits, and the
   repair/bonus token id.
 
-Round latency (the project's formula; SPEC 9 lists the protocol latency formulas as an own
+Round latency (the project's formula; methods §9 lists the protocol latency formulas as an own
 choice):
 
     T = gamma tau_SLM + uplink / R + RTT + tau_LLM(gamma) + t_extra
@@ -68,7 +68,7 @@ def _check_int(name: str, value, minimum: int) -> int:
 
 
 def token_id_bits(vocab_size: int) -> int:
-    """Bits of one token id, ceil(log2 |V|) (as ``edgespec.compression.index_bits``)."""
+    """Bits of one token id, ceil(log2 |V|) (as ``edgespec.wireless.payload.index_bits``)."""
     vocab_size = _check_int("vocab_size", vocab_size, 2)
     return math.ceil(math.log2(vocab_size))
 

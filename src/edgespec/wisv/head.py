@@ -1,8 +1,8 @@
-"""WISV decision head (SPEC 4.1-4.2): q = sigmoid(f([h_draft ; h_target ; phi(c)])).
+"""WISV decision head (methods §4.1-4.2): q = sigmoid(f([h_draft ; h_target ; phi(c)])).
 
 q is the probability that accepting a mismatched draft token is safe; the edge accepts it when
 q >= tau. The head is logistic (``hidden=0``, the AutoJudge/Judge-Decoding choice, which matched
-a small MLP there; shared/research/wisv.md 3.3) or has one ReLU hidden layer. Inputs are
+a small MLP there; docs/methods.md §4.2) or has one ReLU hidden layer. Inputs are
 standardised inside the module with train-split mean/std kept as buffers, so a saved head needs
 nothing else. Training: class-weighted BCE, a validation split by prompt group, early stopping
 on validation ROC AUC, and seeded torch generators for initialisation and shuffling.

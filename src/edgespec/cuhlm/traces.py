@@ -1,4 +1,4 @@
-"""Per-token traces of standard HLM decoding, the raw material of calibration and k* (SPEC 3).
+"""Per-token traces of standard HLM decoding, the raw material of calibration and k* (methods §3).
 
 Every token is transmitted with its full distribution (u_th = 0, k = |V|), so for each token the
 trace holds what later stages need: x_d, y_d, beta_d, u(t), argmax agreement, entropies, the
@@ -17,10 +17,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from edgespec.compression import resampling_distortion, topk_mass_and_error
-from edgespec.engine import DecodingConfig, TokenStep, UploadFull, generate_tokenwise
-from edgespec.sampling import rejection_probability
-from edgespec.uncertainty import entropy
+from edgespec.decoding.compression import resampling_distortion, topk_mass_and_error
+from edgespec.decoding.engine import DecodingConfig, TokenStep, UploadFull, generate_tokenwise
+from edgespec.decoding.sampling import rejection_probability
+from edgespec.decoding.uncertainty import entropy
 
 
 @dataclass

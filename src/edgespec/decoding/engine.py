@@ -2,12 +2,12 @@
 
 Two round shapes share one cache mechanism:
 
-* **Per-token rounds** (gamma = 1, CU-HLM family, SPEC 3): the device drafts one token, a
+* **Per-token rounds** (gamma = 1, CU-HLM family, methods §3): the device drafts one token, a
   :class:`TokenPolicy` decides per row whether to keep it without verification (skip) or to
   upload the full or a top-k distribution, and the edge verifies against the distribution it
   received. Every round commits exactly one token per row, so rows stay aligned.
-* **gamma-token rounds** (WISV, SPEC 4.1): the device drafts gamma tokens, the edge scores all of
-  them in one forward pass, an :class:`AcceptanceRule` decides which to keep, and the round
+* **gamma-token rounds** (WISV, methods §4.1): the device drafts gamma tokens, the edge scores
+  all of them in one forward pass, an :class:`AcceptanceRule` decides which to keep, and the round
   commits the longest accepted prefix plus a recovered (repair) or bonus token. Rows commit
   different numbers of tokens.
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from edgespec.compression import reconstruct_topk
-from edgespec.sampling import (
+from edgespec.decoding.compression import reconstruct_topk
+from edgespec.decoding.sampling import (
     VerificationResult,
     greedy_verify,
     probabilities,
@@ -34,7 +34,7 @@ from edgespec.sampling import (
     sample,
     verify_single_token,
 )
-from edgespec.uncertainty import perturbation_uncertainty
+from edgespec.decoding.uncertainty import perturbation_uncertainty
 
 
 @dataclass
@@ -197,7 +197,7 @@ class TokenStep:
 
 
 class TokenPolicy:
-    """Device-side per-token decision of SPEC 3: skip or upload top-k.
+    """Device-side per-token decision of methods §3: skip or upload top-k.
 
     Subclasses see only what the device knows (x, d, u, z) and return, per row, whether to
     skip verification and how many distribution entries to upload (k = |V| is standard HLM).

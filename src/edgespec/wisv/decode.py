@@ -1,0 +1,241 @@
+"""WISV decoding of one variant under one channel condition (methods §4.1, 5).
+
+Variants (fixed ids, ``edgespec.variants.WISV_VARIANTS``):
+
+- ``vanilla_sd``: strict matching (lossless); uplink ids only.
+- ``topk_accept``: accept x_i if it is among the target's top-k at i; uplink ids only (the
+  edge needs no draft state).
+- ``head_no_csi``: a decision head on [h_draft ; h_target] (judge/AutoJudge style); FH upload.
+- ``wisv_fh``: the CSI-aware head on [h_draft ; h_target ; phi(c)]; FH upload.
+- ``wisv_sh``: the same head and decisions as ``wisv_fh``; SH (mismatch-first) upload.
+
+:func:`decode_wisv` runs the decoding core's gamma-token rounds with the variant's acceptance
+rule (``edgespec.wisv.acceptance``), attaches the round's block-fading channel (and its CSI
+features, for heads that read them) and returns one row per (prompt, round).
+:func:`check_greedy_equivalence` is the runtime losslessness check of vanilla greedy SD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from edgespec.decoding.engine import (
+    AcceptanceRule,
+    DecodingConfig,
+    DraftRound,
+    RoundStats,
+    generate_rounds,
+    strict_acceptance,
+)
+from edgespec.decoding.sampling import VerificationResult
+from edgespec.wireless.channel import (
+    ChannelCondition,
+    csi_features,
+    uplink_rate_bps,
+)
+from edgespec.wisv.acceptance import ChannelRound, target_choice
+from edgespec.wisv.evaluate import check_variant, draw_round_gains
+
+ROUND_COLUMNS = (
+    "variant",
+    "condition",
+    "prompt_id",
+    "round",
+    "num_drafted",
+    "num_accepted",
+    "num_committed",
+    "num_mismatches",
+    "num_semantic_accepts",
+    "gain",
+    "rate_bps",
+)
+
+
+CsiEncoder = Callable[[ChannelCondition, float], Any]
+"""(condition, |h|^2 of the round) -> CSI feature vector phi(c) (the head's training order)."""
+
+
+def csi_vector_encoder(feature_names: Sequence[str]) -> CsiEncoder:
+    """An encoder picking ``feature_names`` (keys of
+    ``edgespec.wireless.channel.csi_features``, e.g. the ``phi_<name>`` columns of
+    ``relabel.relabel_over_csi`` without the prefix) in order."""
+    names = list(feature_names)
+    if not names:
+        raise ValueError("feature_names is empty")
+
+    def encode(condition: ChannelCondition, gain: float) -> np.ndarray:
+        feats = csi_features(condition, gain)
+        missing = [k for k in names if k not in feats]
+        if missing:
+            raise KeyError(f"unknown CSI feature(s) {missing}; known: {sorted(feats)}")
+        return np.array([float(feats[k]) for k in names], dtype=np.float64)
+
+    return encode
+
+
+def decode_wisv(
+    variant: str,
+    draft: torch.nn.Module,
+    target: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    prompt_ids: Sequence[Any],
+    cfg: DecodingConfig,
+    gamma: int,
+    acceptance: AcceptanceRule | None,
+    condition: ChannelCondition,
+    rng: np.random.Generator,
+    csi_encoder: CsiEncoder | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[pd.DataFrame, list[list[int]]]:
+    """Decode ``prompts`` in gamma-token rounds under one channel condition.
+
+    Before decoding, ``draw_round_gains(condition, len(prompts), cfg.max_new_tokens, rng)``
+    draws one block-fading gain per (prompt, round) (a round commits >= 1 token, so no prompt
+    needs more rounds): seeding ``rng`` alike for every variant gives common random numbers.
+    Each round, the rule sees a ``ChannelRound`` carrying the rows' gains, rates and, with
+    ``csi_encoder``, their CSI features [B, d_csi] (read by ``head_acceptance``). ``acceptance``
+    None is strict matching (vanilla SD). ``cfg`` must be greedy (temperature 0); head rules
+    also need ``cfg.keep_hidden``.
+
+    Returns (rounds, completions): completions are the new tokens per prompt; rounds has one
+    row per (prompt, round), ordered by prompt then round, with columns ``ROUND_COLUMNS``:
+    num_accepted is the rule's accepted prefix length (before budget/EOS cuts), num_committed
+    the tokens kept (bonus or repair included), num_mismatches the drafts != target argmax
+    among all gamma, num_semantic_accepts the mismatches among the committed draft tokens,
+    gain |h|^2 and rate_bps the round's uplink rate.
+    """
+    check_variant(variant)
+    if cfg.temperature != 0:
+        raise ValueError("WISV decoding is greedy: cfg.temperature must be 0")
+    if len(prompt_ids) != len(prompts):
+        raise ValueError("prompts and prompt_ids need the same length")
+    inner = acceptance or strict_acceptance(0.0)
+    gains = draw_round_gains(condition, len(prompts), cfg.max_new_tokens, rng)
+    rates = np.asarray(uplink_rate_bps(condition, gains), dtype=np.float64).reshape(gains.shape)
+    seen = [0] * len(prompts)
+    masks: dict[tuple[int, int], list[bool]] = {}
+
+    def rule(round_: DraftRound, gen: torch.Generator) -> VerificationResult:
+        idx = np.asarray(round_.prompt_indices)
+        r = np.asarray([seen[p] for p in round_.prompt_indices])
+        g = gains[idx, r]
+        csi = None
+        if csi_encoder is not None:
+            csi = torch.as_tensor(
+                np.stack(
+                    [
+                        np.asarray(csi_encoder(condition, float(x)), dtype=np.float64).reshape(-1)
+                        for x in g
+                    ]
+                )
+            )
+        wrapped = ChannelRound(
+            **{f.name: getattr(round_, f.name) for f in fields(DraftRound)},
+            round_indices=torch.as_tensor(r),
+            gains=torch.as_tensor(g),
+            rates_bps=torch.as_tensor(rates[idx, r]),
+            csi=csi,
+        )
+        return inner(wrapped, gen)
+
+    def on_round(round_: DraftRound, verdict: VerificationResult) -> None:
+        g = round_.draft_tokens.shape[1]
+        mism = (round_.draft_tokens != target_choice(round_)[:, :g]).tolist()
+        for row, p in enumerate(round_.prompt_indices):
+            masks[(p, seen[p])] = mism[row]
+            seen[p] += 1
+
+    completions, stats = generate_rounds(
+        prompts,
+        cfg,
+        generator if generator is not None else torch.Generator().manual_seed(0),
+        draft,
+        target,
+        gamma,
+        acceptance=rule,
+        on_round=on_round,
+    )
+    return _round_table(variant, condition, prompt_ids, stats, masks, gains, rates), completions
+
+
+def _round_table(
+    variant: str,
+    condition: ChannelCondition,
+    prompt_ids: Sequence[Any],
+    stats: Sequence[RoundStats],
+    masks: Mapping[tuple[int, int], list[bool]],
+    gains: np.ndarray,
+    rates: np.ndarray,
+) -> pd.DataFrame:
+    records = []
+    for s in sorted(stats, key=lambda s: (s.prompt_index, s.round_index)):
+        key = (s.prompt_index, s.round_index)
+        if key not in masks:
+            raise RuntimeError(f"no round record for prompt {key[0]}, round {key[1]}")
+        committed_drafts = min(s.num_accepted, s.num_committed)
+        records.append(
+            {
+                "variant": variant,
+                "condition": condition.name,
+                "prompt_id": prompt_ids[s.prompt_index],
+                "round": s.round_index,
+                "num_drafted": s.num_drafted,
+                "num_accepted": s.num_accepted,
+                "num_committed": s.num_committed,
+                "num_mismatches": s.num_mismatches,
+                "num_semantic_accepts": int(sum(masks[key][:committed_drafts])),
+                "gain": float(gains[key]),
+                "rate_bps": float(rates[key]),
+            }
+        )
+    return pd.DataFrame(records, columns=list(ROUND_COLUMNS))
+
+
+@torch.inference_mode()
+def check_greedy_equivalence(
+    target: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    speculative: Sequence[Sequence[int]],
+    reference: Sequence[Sequence[int]],
+    tie_margin: float,
+) -> dict[str, Any]:
+    """Check that vanilla greedy SD reproduced the target's own greedy tokens.
+
+    ``speculative`` and ``reference`` are the new tokens per prompt of greedy SD and of
+    target-only greedy decoding. Where a row diverges, the target scores the common prefix once
+    more: a divergence is accepted only as a numerical near-tie (the two tokens' logits within
+    ``tie_margin``, as batched low-precision matmuls of different shapes can flip), otherwise
+    AssertionError. Returns counts for the log.
+    """
+    device = next(target.parameters()).device
+    identical, ties, margins = 0, 0, []
+    for prompt, ours, theirs in zip(prompts, speculative, reference, strict=True):
+        if list(ours) == list(theirs):
+            identical += 1
+            continue
+        p = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
+        if p is None:  # one is a prefix of the other: only a budget/EOS difference
+            ties += 1
+            continue
+        ids = torch.tensor([list(prompt) + list(ours[:p])], device=device)
+        logits = target(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
+        margin = abs(float(logits[ours[p]] - logits[theirs[p]]))
+        margins.append(margin)
+        if margin > tie_margin:
+            raise AssertionError(
+                f"greedy SD diverged from the target's greedy output at new token {p} with a "
+                f"logit margin {margin:.4f} > {tie_margin}: not a numerical near-tie"
+            )
+        ties += 1
+    return {
+        "prompts": len(prompts),
+        "identical": identical,
+        "near_tie_divergences": ties,
+        "max_margin": max(margins, default=0.0),
+    }
