@@ -246,3 +246,41 @@ def test_csi_features():
     assert batch["snr_db_instantaneous"].shape == (2,)
     assert np.all(np.isfinite(batch["snr_db_instantaneous"]))  # deep fade floored, not -inf
     assert batch["rate_mbps"][0] == 0.0
+
+
+# ---------------------------------------------------------------- time-correlated fading
+
+
+@pytest.mark.parametrize("c", [0.5, 0.9])
+def test_gauss_markov_fading_has_the_configured_block_correlation(c):
+    h = fading_coefficients(200_000, "rayleigh", 0.0, rng(21), correlation=c)
+    lag1 = np.mean(h[1:] * np.conj(h[:-1]))
+    assert abs(lag1.real - c) < 0.01 and abs(lag1.imag) < 0.01
+    g = np.abs(h) ** 2
+    # |h|^2 stays Exp(1) block by block; its lag-1 correlation is c^2 for Rayleigh.
+    assert abs(g.mean() - 1.0) < 0.02
+    assert abs(np.corrcoef(g[1:], g[:-1])[0, 1] - c * c) < 0.02
+    assert stats.kstest(g[::50], "expon").pvalue > 1e-3
+
+
+def test_correlation_reuses_the_same_draws_and_zero_is_independent():
+    independent = fading_coefficients(1000, "rician", 3.0, rng(4))
+    assert np.array_equal(independent, fading_coefficients(1000, "rician", 3.0, rng(4), 0.0))
+    correlated = fading_coefficients(1000, "rician", 3.0, rng(4), 0.8)
+    los = math.sqrt(3.0 / 4.0)
+    s0, s1 = (independent - los) / math.sqrt(0.25), (correlated - los) / math.sqrt(0.25)
+    assert np.allclose(s1[0], s0[0]) and np.allclose(s1[1:], 0.8 * s1[:-1] + 0.6 * s0[1:])
+    lag1 = np.corrcoef(np.abs(independent[1:]), np.abs(independent[:-1]))[0, 1]
+    assert abs(lag1) < 0.1
+
+
+def test_condition_correlation_is_validated_and_used():
+    with pytest.raises(ChannelError, match="correlation"):
+        ChannelCondition(name="x", fading="rayleigh", bandwidth_hz=1e6, snr_db=0, correlation=1.0)
+    cond = ChannelCondition(
+        name="x", fading="rayleigh", bandwidth_hz=1e6, snr_db=0, correlation=0.7
+    )
+    assert ChannelCondition.from_dict(cond.to_dict()) == cond
+    assert np.array_equal(
+        sample_power_gains(cond, 50, rng(9)), fading_power_gain(50, "rayleigh", 0.0, rng(9), 0.7)
+    )

@@ -108,6 +108,7 @@ def channel_conditions(config: dict) -> dict[str, dict]:
                 "bandwidth_hz": float(ch["bandwidth_hz"]),
                 "k_factor": float(ch["rician_k"]) if fading == "rician" else 0.0,
                 "rtt_s": float(ch["rtt_s"]),
+                "correlation": float(ch["correlation"]),
             }
     reference = config["cuhlm"]["kstar_channel"]
     if reference not in out:

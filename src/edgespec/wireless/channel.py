@@ -13,13 +13,20 @@ mean). The average SNR is either given (``snr_db``) or follows from a link budge
 
 a log-distance path loss with reference loss PL_0 at 1 m and exponent n.
 
-Fading models (block fading: one independent draw per round or token):
+Fading models (block fading: one draw per round or token):
 
 - ``"rayleigh"``: h ~ CN(0, 1), so |h|^2 ~ Exp(1).
 - ``"rician"``: h = sqrt(K / (K + 1)) + sqrt(1 / (K + 1)) * CN(0, 1), K the linear K-factor
   (LOS-to-scattered power ratio, LOS phase 0); 2 (K + 1) |h|^2 is noncentral chi-square with
   2 degrees of freedom and noncentrality 2K. K = 0 is Rayleigh.
 - ``"awgn"``: h = 1, no fading.
+
+Consecutive blocks are correlated by a first-order Gauss-Markov process on the scattered
+component, s_{n+1} = c s_n + sqrt(1 - c^2) w_n with w_n ~ CN(0, 1) i.i.d. and c the block
+correlation (``ChannelCondition.correlation``, in [0, 1); c = 0 gives independent blocks). Each
+s_n stays CN(0, 1), so every block keeps the fading law above, and the process consumes the same
+standard normals whatever c is: conditions that differ only in c (or in SNR) see the same
+underlying draws (common random numbers).
 
 Every random draw comes from a ``numpy.random.Generator`` passed in by the caller.
 
@@ -97,6 +104,7 @@ _NUMERIC_FIELDS = (
     "noise_psd_dbm_hz",
     "noise_figure_db",
     "rtt_s",
+    "correlation",
 )
 _OPTIONAL_FIELDS = ("snr_db", "tx_power_dbm", "distance_m")
 
@@ -109,7 +117,8 @@ class ChannelCondition:
     average SNR [dB]; ``tx_power_dbm`` [dBm]; ``distance_m`` [m]; ``path_loss_exponent`` n;
     ``reference_loss_db`` path loss at 1 m [dB]; ``noise_psd_dbm_hz`` N_0 [dBm/Hz];
     ``noise_figure_db`` [dB]; ``rtt_s`` round-trip time [s] (fixed per-message delay:
-    propagation, scheduling, processing).
+    propagation, scheduling, processing); ``correlation`` c in [0, 1), the Gauss-Markov
+    correlation of consecutive fading blocks (0: independent blocks).
 
     Give exactly one of ``snr_db`` or the link budget (``tx_power_dbm`` and ``distance_m``).
     """
@@ -126,6 +135,7 @@ class ChannelCondition:
     noise_psd_dbm_hz: float = -174.0
     noise_figure_db: float = 7.0
     rtt_s: float = 0.0
+    correlation: float = 0.0
 
     def __post_init__(self) -> None:
         label = f"channel condition {self.name!r}"
@@ -150,6 +160,11 @@ class ChannelCondition:
             raise ChannelError(f"{label}: bandwidth_hz must be > 0, got {self.bandwidth_hz}")
         if not (math.isfinite(self.rtt_s) and self.rtt_s >= 0):
             raise ChannelError(f"{label}: rtt_s must be >= 0, got {self.rtt_s}")
+        if not (0.0 <= self.correlation < 1.0):
+            raise ChannelError(
+                f"{label}: correlation must lie in [0, 1) (0 = independent blocks), "
+                f"got {self.correlation}"
+            )
         budget = (self.tx_power_dbm, self.distance_m)
         if self.snr_db is not None:
             if any(v is not None for v in budget):
@@ -217,10 +232,33 @@ class ChannelCondition:
         return asdict(self)
 
 
-def fading_coefficients(n: int, fading: str, k_factor: float, rng) -> np.ndarray:
+def gauss_markov(innovations: np.ndarray, correlation: float) -> np.ndarray:
+    """s_0 = w_0, s_n = c s_{n-1} + sqrt(1 - c^2) w_n along the first axis (c = ``correlation``).
+
+    Unit-variance innovations give unit-variance states; c = 0 returns the innovations.
+    """
+    c = float(correlation)
+    if not 0.0 <= c < 1.0:
+        raise ChannelError(f"correlation must lie in [0, 1), got {correlation}")
+    w = np.asarray(innovations)
+    if c == 0.0 or len(w) == 0:
+        return w.copy()
+    scale = math.sqrt(1.0 - c * c)
+    out = np.empty_like(w)
+    out[0] = w[0]
+    for i in range(1, len(w)):
+        out[i] = c * out[i - 1] + scale * w[i]
+    return out
+
+
+def fading_coefficients(
+    n: int, fading: str, k_factor: float, rng, correlation: float = 0.0
+) -> np.ndarray:
     """n complex block-fading coefficients h with E|h|^2 = 1 (see the module docstring).
 
-    Rayleigh and Rician draw one [n, 2] standard-normal block from ``rng``; AWGN draws nothing.
+    Rayleigh and Rician draw one [n, 2] standard-normal block from ``rng`` (whatever
+    ``correlation`` is); AWGN draws nothing. Consecutive coefficients follow the Gauss-Markov
+    process with ``correlation`` on the scattered component.
     """
     fading = _check_fading(fading, float(k_factor))
     if isinstance(n, bool) or int(n) != n or n < 0:
@@ -230,14 +268,17 @@ def fading_coefficients(n: int, fading: str, k_factor: float, rng) -> np.ndarray
         return np.ones(n, dtype=complex)
     _check_rng(rng)
     normal = rng.standard_normal((n, 2))
-    scattered = (normal[:, 0] + 1j * normal[:, 1]) / math.sqrt(2.0)
+    scattered = gauss_markov((normal[:, 0] + 1j * normal[:, 1]) / math.sqrt(2.0), correlation)
     k = float(k_factor) if fading == "rician" else 0.0
     return math.sqrt(k / (k + 1.0)) + math.sqrt(1.0 / (k + 1.0)) * scattered
 
 
-def fading_power_gain(n: int, fading: str, k_factor: float, rng) -> np.ndarray:
-    """n power gains |h|^2 with E|h|^2 = 1: Exp(1) (Rayleigh), Rician(K), or ones (AWGN)."""
-    h = fading_coefficients(n, fading, k_factor, rng)
+def fading_power_gain(
+    n: int, fading: str, k_factor: float, rng, correlation: float = 0.0
+) -> np.ndarray:
+    """n power gains |h|^2 with E|h|^2 = 1: Exp(1) (Rayleigh), Rician(K), or ones (AWGN),
+    consecutive blocks correlated by ``correlation``."""
+    h = fading_coefficients(n, fading, k_factor, rng, correlation)
     return h.real**2 + h.imag**2
 
 
@@ -271,8 +312,9 @@ def shannon_rate_bps(bandwidth_hz, snr_linear, gain=1.0):
 
 
 def sample_power_gains(condition: ChannelCondition, n: int, rng) -> np.ndarray:
-    """n block-fading power gains |h|^2 for ``condition`` (one per round or token)."""
-    return fading_power_gain(n, condition.fading, condition.k_factor, rng)
+    """n consecutive block-fading power gains |h|^2 for ``condition`` (one per round or token),
+    correlated by ``condition.correlation``."""
+    return fading_power_gain(n, condition.fading, condition.k_factor, rng, condition.correlation)
 
 
 def uplink_rate_bps(condition: ChannelCondition, gain):

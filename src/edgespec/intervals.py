@@ -1,0 +1,101 @@
+"""Spread of a reported figure: a median and interval over fading seeds, a bootstrap over prompts.
+
+Two sources of randomness decide most figures (methods §6, reporting):
+
+- **fading**: delay-based figures (throughput, latency, gains) are re-priced from the decoded
+  tables under K fading seeds; under Rayleigh fading E[1/R] is unbounded, so one realisation
+  can be far from another. They are reported as the median over seeds with a central interval
+  (:func:`seed_interval`, 90% by default).
+- **prompts**: accuracy-type figures (exact match, semantic accuracy, fidelity) are means over
+  a small prompt set; they get a percentile bootstrap interval over prompts
+  (:func:`bootstrap_interval`, 95% by default), drawn from a seeded generator passed in.
+
+Torch-free, so the evaluation and report jobs stay cheap to start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+SEED_LEVEL = 0.9
+BOOTSTRAP_LEVEL = 0.95
+BOOTSTRAP_SAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with the bounds of a central interval at ``level``; NaN when undefined."""
+
+    point: float
+    low: float
+    high: float
+    level: float
+
+    def as_dict(self, name: str) -> dict[str, float]:
+        """``{name: point, name_lo: low, name_hi: high}`` for a table row."""
+        return {name: self.point, f"{name}_lo": self.low, f"{name}_hi": self.high}
+
+    def format(self, spec: str = ".3g", scale: float = 1.0, suffix: str = "") -> str:
+        """``"3.85 [3.50, 7.00]"`` (``scale`` multiplies all three, e.g. 100 for percent)."""
+        if not math.isfinite(self.point):
+            return "n/a"
+        p, lo, hi = (format(v * scale, spec) for v in (self.point, self.low, self.high))
+        return f"{p}{suffix} [{lo}, {hi}]"
+
+
+def _check_level(level: float) -> float:
+    if not 0.0 < float(level) < 1.0:
+        raise ValueError(f"an interval level lies in (0, 1), got {level!r}")
+    return float(level)
+
+
+def seed_interval(values, level: float = SEED_LEVEL) -> Interval:
+    """Median of per-seed ``values`` with the central ``level`` percentile interval.
+
+    NaNs are ignored (a seed where the figure is undefined); all NaN gives a NaN interval.
+    """
+    level = _check_level(level)
+    x = np.asarray(values, dtype=float).reshape(-1)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return Interval(math.nan, math.nan, math.nan, level)
+    tail = (1.0 - level) / 2.0
+    low, median, high = np.quantile(x, [tail, 0.5, 1.0 - tail])
+    return Interval(float(median), float(low), float(high), level)
+
+
+def bootstrap_interval(
+    values,
+    rng: np.random.Generator,
+    level: float = BOOTSTRAP_LEVEL,
+    samples: int = BOOTSTRAP_SAMPLES,
+    statistic: Callable[[np.ndarray], float] | None = None,
+) -> Interval:
+    """``statistic`` (default: the mean) of per-prompt ``values`` with a percentile bootstrap
+    interval: ``samples`` resamples of the prompts with replacement, drawn from ``rng``.
+
+    NaNs are dropped first (a prompt without a gold answer has no exact match).
+    """
+    level = _check_level(level)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError("bootstrap_interval needs a numpy.random.Generator")
+    if int(samples) < 1:
+        raise ValueError(f"samples must be >= 1, got {samples!r}")
+    x = np.asarray(values, dtype=float).reshape(-1)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return Interval(math.nan, math.nan, math.nan, level)
+    if statistic is None:
+        point = float(x.mean())
+        draws = x[rng.integers(0, x.size, size=(int(samples), x.size))].mean(axis=1)
+    else:
+        point = float(statistic(x))
+        idx = rng.integers(0, x.size, size=(int(samples), x.size))
+        draws = np.array([statistic(x[row]) for row in idx], dtype=float)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(draws, [tail, 1.0 - tail])
+    return Interval(point, float(low), float(high), level)
