@@ -77,6 +77,47 @@ def test_rejection_sample_first_position_and_bonus(name):
         _assert_distributed_as(res.output_tokens[full, gamma], target[0, gamma])
 
 
+# Per-position pairs (draft x_i, target y_i) of one round: the ratio y/x varies across tokens and
+# positions, so a sampler that shared one uniform across a row's positions, or built position i's
+# residual from another position's target, would commit tokens with the wrong law.
+ROUND_PAIRS = [
+    (_dist(5, 1, 1, 1, 1, 1), _dist(1, 3, 1, 2, 1, 1)),
+    (_dist(1, 1, 4, 1, 2, 1), _dist(2, 2, 1, 1, 1, 3)),
+    (_dist(1, 2, 1, 1, 1, 4), _dist(3, 1, 2, 1, 2, 1)),
+]
+BONUS = _dist(1, 1, 2, 2, 3, 3)
+
+
+@pytest.mark.parametrize("gamma", [2, 3])
+def test_rejection_sample_every_position_follows_its_target(gamma):
+    """Token j of a round is distributed as y_j among the rows that reach position j (every
+    earlier draft accepted); position gamma is the bonus, distributed as y_gamma+1."""
+    n = 60_000
+    gen = torch.Generator().manual_seed(21)
+    x = torch.stack([p[0] for p in ROUND_PAIRS[:gamma]])
+    y = torch.stack([p[1] for p in ROUND_PAIRS[:gamma]] + [BONUS])
+    d = sample(x.expand(n, gamma, V), gen)
+    res = rejection_sample(d, x.expand(n, gamma, V), y.expand(n, gamma + 1, V), gen)
+    for j in range(gamma + 1):
+        reached = res.num_accepted >= j
+        assert reached.sum() > 2000, f"too few rows reach position {j}"
+        _assert_distributed_as(res.output_tokens[reached, j], y[j])
+
+
+def test_rejection_sample_draws_one_uniform_per_position():
+    """Acceptances of two positions are independent given the drafts: with x_d = 2 y_d at
+    both positions each is accepted with probability 1/2, and both with probability 1/4."""
+    n = 40_000
+    gen = torch.Generator().manual_seed(22)
+    x = _dist(2, 1, 1).expand(n, 2, 3)
+    y = torch.stack([_dist(1, 1.5, 1.5), _dist(1, 1.5, 1.5), _dist(1, 1, 1)]).expand(n, 3, 3)
+    d = torch.zeros((n, 2), dtype=torch.long)  # token 0 at both positions: x_d = 1/2, y_d = 1/4
+    res = rejection_sample(d, x, y, gen)
+    both = (res.accepted_mask[:, 0] & res.accepted_mask[:, 1]).double().mean().item()
+    assert abs(res.accepted_mask.double().mean().item() - 0.5) < 0.01
+    assert abs(both - 0.25) < 0.01
+
+
 def test_rejection_sample_output_layout():
     gen = torch.Generator().manual_seed(2)
     y = torch.nn.functional.one_hot(torch.tensor([[1, 2, 3], [1, 5, 3]]), V).double()
