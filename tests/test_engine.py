@@ -7,9 +7,11 @@ import torch
 
 from edgespec.decoding.engine import (
     DecodingConfig,
+    RaggedCachedModel,
     TokenPolicy,
     generate_rounds,
     generate_tokenwise,
+    left_pad,
 )
 
 MAX_NEW = 16
@@ -186,3 +188,73 @@ def test_sampled_tokenwise_hybrid_matches_target_distribution(tiny_target, tiny_
         laws = _exact_token_laws(tiny_target, prompt, 2)
         for step, law in enumerate(laws):
             _assert_follows([r[step] for r in out[which::2]], law, f"prompt {which} token {step}")
+
+
+# --- the ragged cache: compaction, joining rows, continuous batching ---------------------------
+
+
+def _next_logits(model, sequences):
+    """Reference: one unpadded forward per sequence, the logits after its last token."""
+    with torch.no_grad():
+        return torch.stack([model(torch.tensor([s])).logits[0, -1] for s in sequences])
+
+
+def test_compaction_keeps_what_attention_sees(tiny_target):
+    seqs = [[5, 9, 2, 7], [11, 3]]
+    m = RaggedCachedModel(tiny_target)
+    ids, valid = left_pad(seqs, 0, "cpu")
+    m.feed(ids, valid, 1)
+    # Feed 20 rejected drafts per row, then hide them: the cache holds mostly hidden slots.
+    junk = torch.randint(0, 61, (2, 20), generator=torch.Generator().manual_seed(0))
+    m.feed(junk, torch.ones_like(junk, dtype=torch.bool), 1)
+    m.invalidate_last(torch.tensor([20, 20]), 20)
+    assert m.compact() and m.num_slots == 4 and m.compactions == 1
+    assert m.slot_valid.tolist() == [[True] * 4, [False, False, True, True]]
+    logits, _ = m.feed(torch.tensor([[1], [4]]), torch.ones((2, 1), dtype=torch.bool), 1)
+    expected = _next_logits(tiny_target, [s + [t] for s, t in zip(seqs, (1, 4), strict=True)])
+    assert torch.allclose(logits[:, -1], expected, atol=1e-9)
+    assert not m.compact()  # nothing hidden any more
+
+
+def test_joining_rows_of_different_widths(tiny_target):
+    first, second = [[5, 9, 2, 7, 8, 1]], [[11, 3], [40]]
+    a, b = RaggedCachedModel(tiny_target), RaggedCachedModel(tiny_target)
+    a.feed(*left_pad(first, 0, "cpu"), 1)
+    b.feed(*left_pad(second, 0, "cpu"), 1)
+    a.join(b)
+    assert a.num_rows == 3 and a.num_slots == 6
+    logits, _ = a.feed(torch.tensor([[1], [4], [6]]), torch.ones((3, 1), dtype=torch.bool), 1)
+    seqs = [s + [t] for s, t in zip(first + second, (1, 4, 6), strict=True)]
+    assert torch.allclose(logits[:, -1], _next_logits(tiny_target, seqs), atol=1e-9)
+
+
+def test_rows_are_refilled_and_caches_compacted_without_changing_greedy_output(
+    tiny_target, tiny_draft_independent, monkeypatch
+):
+    """Batch 2 over 7 prompts: finished rows are refilled from the queue, the caches (full of
+    rejected drafts) are compacted, and the output still equals the target's greedy output."""
+    prompts = _prompts(8, lengths=(5, 9, 3, 12, 7, 4, 10))
+    expected = _target_greedy(tiny_target, prompts, max_new=24)
+    joins, compactions = [], []
+    real_join, real_compact = RaggedCachedModel.join, RaggedCachedModel.compact
+
+    def counting_join(self, other):
+        joins.append(other.num_rows)
+        return real_join(self, other)
+
+    def counting_compact(self, min_waste=16):
+        done = real_compact(self, min_waste)
+        compactions.append(done)
+        return done
+
+    monkeypatch.setattr(RaggedCachedModel, "join", counting_join)
+    monkeypatch.setattr(RaggedCachedModel, "compact", counting_compact)
+    cfg = DecodingConfig(max_new_tokens=24, temperature=0.0, batch_size=2)
+    got, _ = generate_rounds(
+        prompts, cfg, torch.Generator(), tiny_draft_independent, tiny_target, 4
+    )
+    assert got == expected
+    assert len(joins) >= 2 * 4  # both models joined newcomers at least 4 times
+    assert any(compactions)
+    cfg_tok = DecodingConfig(max_new_tokens=24, temperature=0.0, batch_size=3)
+    assert generate_tokenwise(prompts, cfg_tok, torch.Generator(), target=tiny_target) == expected

@@ -11,6 +11,7 @@ from edgespec.decoding.compression import (
     resampling_distortion,
     topk_mass_and_error,
     total_variation,
+    vocabulary_ranks,
 )
 from edgespec.decoding.sampling import (
     PLACEHOLDER_TOKEN_ID,
@@ -167,6 +168,16 @@ def test_topk_reconstruction_sums_to_one_and_is_exact_at_full_k():
     assert torch.equal(per_row[1], x[1]) and torch.allclose(
         per_row[0], reconstruct_topk(x[:1], 1)[0]
     )
+
+
+def test_topk_reconstruction_without_a_sort_equals_the_ranked_one():
+    gen = torch.Generator().manual_seed(31)
+    x = torch.softmax(torch.randn(6, 500, generator=gen, dtype=torch.float64) * 2, -1)
+    k = torch.tensor([1, 500, 17, 499, 500, 64])
+    fast = reconstruct_topk(x, k)
+    assert torch.equal(fast, reconstruct_topk(x, k, vocabulary_ranks(x)))
+    assert torch.equal(fast[1], x[1]) and torch.equal(fast[4], x[4])
+    assert reconstruct_topk(x, 500) is x  # a full upload is passed through, no sort
 
 
 def test_topk_reconstruction_hand_case():

@@ -27,16 +27,27 @@ def reconstruct_topk(
     """The edge's reconstruction x_hat from the top-k of ``probs`` [..., V].
 
     ``k`` is an int or a long tensor of shape ``probs.shape[:-1]`` (one k per row, 1 <= k <= V).
-    Ties at the k-th value are broken by ``torch.sort``'s order, as the device would.
-    ``ranks`` (from :func:`vocabulary_ranks`) saves the sort when several k are tried.
+    Ties at the k-th value are broken by ``torch.topk``'s order (``torch.sort``'s when
+    ``ranks`` from :func:`vocabulary_ranks` are given, which saves the work when several k are
+    tried on one distribution). Rows with k = V are returned as they are, and when every row
+    has k = V, ``probs`` itself is returned: a full upload needs no sort of the vocabulary.
     """
     vocab = probs.shape[-1]
     k_tensor = torch.as_tensor(k, device=probs.device).expand(probs.shape[:-1])
     if (k_tensor < 1).any() or (k_tensor > vocab).any():
         raise ValueError(f"k must lie in [1, {vocab}]")
-    if ranks is None:
-        ranks = vocabulary_ranks(probs)
-    kept = ranks < k_tensor.unsqueeze(-1)
+    full = k_tensor >= vocab
+    if bool(full.all()):
+        return probs
+    if ranks is not None:
+        kept = ranks < k_tensor.unsqueeze(-1)
+    else:
+        k_max = int(k_tensor[~full].max())
+        top = probs.topk(k_max, dim=-1, sorted=True).indices
+        take = torch.arange(k_max, device=probs.device) < k_tensor.unsqueeze(-1)
+        kept = torch.zeros(probs.shape, dtype=torch.bool, device=probs.device)
+        kept.scatter_(-1, top, take)
+        kept |= full.unsqueeze(-1)
     kept_mass = (probs * kept).sum(-1, keepdim=True)
     tail_size = (vocab - k_tensor).unsqueeze(-1).to(probs.dtype)
     tail_value = torch.where(

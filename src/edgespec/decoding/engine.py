@@ -5,22 +5,31 @@ Two round shapes share one cache mechanism:
 * **Per-token rounds** (gamma = 1, CU-HLM family, methods §3): the device drafts one token, a
   :class:`TokenPolicy` decides per row whether to keep it without verification (skip) or to
   upload the full or a top-k distribution, and the edge verifies against the distribution it
-  received. Every round commits exactly one token per row, so rows stay aligned.
+  received. Every round commits exactly one token per row.
 * **gamma-token rounds** (WISV, methods §4.1): the device drafts gamma tokens, the edge scores
-  all of them in one forward pass, an :class:`AcceptanceRule` decides which to keep, and the round
-  commits the longest accepted prefix plus a recovered (repair) or bonus token. Rows commit
+  all of them in one forward pass, an :class:`AcceptanceRule` decides which to keep, and the
+  round commits the longest accepted prefix plus a recovered (repair) or bonus token. Rows commit
   different numbers of tokens.
 
 Rows advance at their own pace without re-padding: each model's cache keeps one slot per fed
 token, and a per-row validity mask hides the slots of rejected drafts (and of padding) from
 attention. Position ids count valid slots only, so a row's positions are those of an unpadded
-sequence. Finished rows leave the batch, and their cache rows are dropped.
+sequence. Where the hidden slots take up a quarter of the cache, it is compacted (each row's
+valid slots gathered to the right), so attention and memory track the valid tokens.
+
+Scheduling (continuous batching): prompts are admitted in order of length, at most
+``batch_size`` rows decode together, a finished row leaves the batch, and free rows are
+refilled from the queue (the newcomers are prefilled on their own and their cache rows joined
+to the running batch) instead of letting the last rounds of a batch run nearly empty. The
+decoded tokens do not depend on the schedule for greedy decoding; sampled decoding draws from
+one generator in schedule order, so it is reproducible for a given configuration.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -36,13 +45,17 @@ from edgespec.decoding.sampling import (
 )
 from edgespec.decoding.uncertainty import perturbation_uncertainty
 
+COMPACT_MIN_WASTE = 16
+"""Compact a cache once at least this many slots, and a quarter of all slots, are hidden."""
+
 
 @dataclass
 class DecodingConfig:
     """What every decoding run needs besides the models.
 
     ``temperature`` 0 means greedy (draft and target take their argmax); ``eos_token_ids`` end a
-    row when committed; ``pad_token_id`` fills unused input slots (never attended to).
+    row when committed; ``pad_token_id`` fills unused input slots (never attended to);
+    ``batch_size`` rows decode together; ``keep_hidden`` asks for last-layer hidden states.
     """
 
     max_new_tokens: int
@@ -51,6 +64,15 @@ class DecodingConfig:
     pad_token_id: int = 0
     batch_size: int = 8
     keep_hidden: bool = False
+
+
+def _cache_layers(cache: DynamicCache) -> list:
+    layers = getattr(cache, "layers", None)
+    if layers is None or any(getattr(layer, "sliding_window", None) for layer in layers):
+        raise NotImplementedError(
+            "the ragged cache needs full-attention DynamicCache layers (no sliding window)"
+        )
+    return layers
 
 
 class RaggedCachedModel:
@@ -63,7 +85,22 @@ class RaggedCachedModel:
         self.slot_valid: torch.Tensor | None = None  # [B, S] bool, on the model's device
         self.next_position: torch.Tensor | None = None  # [B] long, on the model's device
         self.forward_calls = 0
+        self.compactions = 0
         self.device = next(model.parameters()).device
+
+    @property
+    def num_rows(self) -> int:
+        return 0 if self.next_position is None else int(self.next_position.shape[0])
+
+    @property
+    def num_slots(self) -> int:
+        return 0 if self.slot_valid is None else int(self.slot_valid.shape[1])
+
+    def start(self, rows: int) -> None:
+        """An empty cache for ``rows`` rows (nothing fed yet)."""
+        self.cache = None
+        self.slot_valid = torch.zeros((rows, 0), dtype=torch.bool, device=self.device)
+        self.next_position = torch.zeros(rows, dtype=torch.long, device=self.device)
 
     @torch.inference_mode()
     def feed(
@@ -77,14 +114,11 @@ class RaggedCachedModel:
         """
         tokens = tokens.to(self.device)
         valid = valid.to(device=self.device, dtype=torch.bool)
+        if self.slot_valid is None:
+            self.start(tokens.shape[0])
         if self.cache is None:
             self.cache = DynamicCache()
-            self.slot_valid = valid
-            self.next_position = torch.zeros(
-                tokens.shape[0], dtype=torch.long, device=tokens.device
-            )
-        else:
-            self.slot_valid = torch.cat([self.slot_valid, valid], dim=1)
+        self.slot_valid = torch.cat([self.slot_valid, valid], dim=1)
         positions = self.next_position.unsqueeze(1) + valid.long().cumsum(1) - 1
         positions = positions.clamp_min(0)
         out = self.model(
@@ -112,16 +146,96 @@ class RaggedCachedModel:
 
     def select_rows(self, rows: torch.Tensor) -> None:
         rows = rows.to(self.device)
-        self.cache.batch_select_indices(rows)
+        if self.cache is not None:
+            self.cache.batch_select_indices(rows)
         self.slot_valid = self.slot_valid[rows]
         self.next_position = self.next_position[rows]
+
+    def compact(self, min_waste: int = COMPACT_MIN_WASTE) -> bool:
+        """Drop hidden slots when at least ``min_waste`` and a quarter of all slots are hidden.
+
+        Each row's valid slots keep their order and move to the right end (keys already carry
+        their rotary positions, so attention is unchanged); returns whether it compacted.
+        """
+        if self.cache is None or self.num_rows == 0:
+            return False
+        slots = self.num_slots
+        counts = self.slot_valid.long().sum(1)
+        width = int(counts.max()) if counts.numel() else 0
+        waste = slots - width
+        if waste < min_waste or 4 * waste < slots:
+            return False
+        # Sorting the validity (stable) lists each row's hidden slots first, then its valid
+        # slots in their original order: the last ``width`` entries are the new layout.
+        order = torch.sort(self.slot_valid.to(torch.int8), dim=1, stable=True).indices
+        index = order[:, slots - width :]
+        for layer in _cache_layers(self.cache):
+            gather = index[:, None, :, None].expand(
+                layer.keys.shape[0], layer.keys.shape[1], width, layer.keys.shape[-1]
+            )
+            layer.keys = layer.keys.gather(2, gather)
+            layer.values = layer.values.gather(2, gather)
+        self.slot_valid = self.slot_valid.gather(1, index)
+        self.compactions += 1
+        return True
+
+    def join(self, other: RaggedCachedModel) -> None:
+        """Append ``other``'s rows (same model) below this cache's, left-padding the narrower
+        with hidden slots; ``other`` is consumed."""
+        if other.num_rows == 0:
+            return
+        if self.num_rows == 0:
+            self.cache, self.slot_valid = other.cache, other.slot_valid
+            self.next_position = other.next_position
+            return
+        width = max(self.num_slots, other.num_slots)
+        template = self.cache if self.cache is not None else other.cache
+        if template is not None:
+            layers = _cache_layers(template)
+            mine, theirs = self._padded_layers(width, layers), other._padded_layers(width, layers)
+            for layer, (k1, v1), (k2, v2) in zip(layers, mine, theirs, strict=True):
+                layer.keys = torch.cat([k1, k2])
+                layer.values = torch.cat([v1, v2])
+            self.cache = template
+        self.slot_valid = torch.cat(
+            [_left_pad_mask(self.slot_valid, width), _left_pad_mask(other.slot_valid, width)]
+        )
+        self.next_position = torch.cat([self.next_position, other.next_position])
+
+    def _padded_layers(self, width: int, like: list) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(keys, values) of each layer left-padded with zeros to ``width`` slots; all zeros
+        (shaped like the layers ``like``) where this cache holds nothing yet."""
+        own = _cache_layers(self.cache) if self.cache is not None else None
+        out = []
+        for i, ref in enumerate(like):
+            pair = []
+            for name in ("keys", "values"):
+                if own is not None:
+                    tensor = getattr(own[i], name)
+                else:
+                    shape = getattr(ref, name).shape
+                    tensor = getattr(ref, name).new_zeros((self.num_rows, shape[1], 0, shape[3]))
+                missing = width - tensor.shape[2]
+                if missing:
+                    pad = tensor.new_zeros((*tensor.shape[:2], missing, tensor.shape[3]))
+                    tensor = torch.cat([pad, tensor], dim=2)
+                pair.append(tensor)
+            out.append((pair[0], pair[1]))
+        return out
+
+
+def _left_pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    missing = width - mask.shape[1]
+    if missing == 0:
+        return mask
+    return torch.cat([mask.new_zeros((mask.shape[0], missing)), mask], dim=1)
 
 
 def left_pad(
     sequences: Sequence[Sequence[int]], pad_id: int, device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack token lists right-aligned: ([B, L] ids, [B, L] validity)."""
-    width = max(len(s) for s in sequences)
+    width = max((len(s) for s in sequences), default=0)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
     valid = torch.zeros((len(sequences), width), dtype=torch.bool, device=device)
     for row, seq in enumerate(sequences):
@@ -131,39 +245,62 @@ def left_pad(
     return ids, valid
 
 
-@dataclass
-class RowState:
-    """Bookkeeping for the rows of one batch; ``active`` maps batch rows to prompt indices."""
+class _Schedule:
+    """Which prompts decode now: a length-ordered queue feeding at most ``batch_size`` rows.
 
-    prompts: list[int]
-    generated: dict[int, list[int]] = field(default_factory=dict)
-    active: list[int] = field(default_factory=list)
+    ``active[r]`` is the prompt index of batch row r; ``generated[p]`` the tokens committed so
+    far for prompt p. Rows are refilled once a quarter of the batch is free (or it is empty),
+    so each prefill of newcomers serves several rows.
+    """
 
-    def __post_init__(self):
-        self.generated = {p: [] for p in self.prompts}
-        self.active = list(self.prompts)
+    def __init__(self, prompts: Sequence[Sequence[int]], cfg: DecodingConfig):
+        if cfg.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {cfg.batch_size}")
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        self.queue = deque(order)
+        self.cfg = cfg
+        self.active: list[int] = []
+        self.generated: dict[int, list[int]] = {i: [] for i in range(len(prompts))}
+        self.refill_at = max(1, cfg.batch_size // 4)
+        self._eos = set(cfg.eos_token_ids)
 
+    def admit(self) -> list[int]:
+        """Prompts to admit now (appended to ``active``), possibly none."""
+        free = self.cfg.batch_size - len(self.active)
+        if not self.queue or (self.active and free < min(self.refill_at, len(self.queue))):
+            return []
+        new = [self.queue.popleft() for _ in range(min(free, len(self.queue)))]
+        self.active.extend(new)
+        return new
 
-def _append_and_check(
-    state: RowState, committed: list[list[int]], cfg: DecodingConfig
-) -> tuple[list[list[int]], list[bool]]:
-    """Append each active row's committed tokens, cut at EOS or the token budget."""
-    kept, finished = [], []
-    eos = set(cfg.eos_token_ids)
-    for prompt_index, tokens in zip(state.active, committed, strict=True):
-        out = state.generated[prompt_index]
-        room = cfg.max_new_tokens - len(out)
-        taken = []
-        done = False
-        for tok in tokens[:room]:
-            taken.append(tok)
-            if tok in eos:
-                done = True
-                break
-        out.extend(taken)
-        kept.append(taken)
-        finished.append(done or len(out) >= cfg.max_new_tokens)
-    return kept, finished
+    def commit(self, committed: list[list[int]]) -> tuple[list[list[int]], list[bool]]:
+        """Append each active row's committed tokens, cut at EOS or the token budget."""
+        kept, finished = [], []
+        for prompt_index, tokens in zip(self.active, committed, strict=True):
+            out = self.generated[prompt_index]
+            room = self.cfg.max_new_tokens - len(out)
+            taken = []
+            done = False
+            for tok in tokens[: max(room, 0)]:
+                taken.append(tok)
+                if tok in self._eos:
+                    done = True
+                    break
+            out.extend(taken)
+            kept.append(taken)
+            finished.append(done or len(out) >= self.cfg.max_new_tokens)
+        return kept, finished
+
+    def keep(self, finished: list[bool]) -> torch.Tensor | None:
+        """Drop finished rows from ``active``; the kept row indices, or None if all are kept."""
+        if not any(finished):
+            return None
+        keep = [r for r, f in enumerate(finished) if not f]
+        self.active = [self.active[r] for r in keep]
+        return torch.tensor(keep, dtype=torch.long)
+
+    def results(self) -> list[list[int]]:
+        return [self.generated[i] for i in range(len(self.generated))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,9 +313,10 @@ class TokenStep:
     """What one per-token round saw, for the active rows (``prompt_indices``).
 
     ``draft_probs`` x(t) and ``target_probs`` y(t) are [B, V] at the sampling temperature
-    (``None`` when that model was not run); ``draft_tokens`` d(t); ``uncertainty`` u(t);
-    ``skipped`` rows kept d(t) without verification; ``upload_k`` entries sent (0 if skipped);
-    ``committed`` the token each row emitted; ``draft_logits`` z(t).
+    (``None`` when that model was not run, or for a single model decoding greedily);
+    ``draft_tokens`` d(t); ``uncertainty`` u(t); ``skipped`` rows kept d(t) without
+    verification; ``upload_k`` entries sent (0 if skipped); ``committed`` the token each row
+    emitted; ``draft_logits`` z(t).
     """
 
     prompt_indices: list[int]
@@ -230,8 +368,21 @@ class UploadFull(TokenPolicy):
         return torch.zeros(batch, dtype=torch.bool), torch.full((batch,), vocab, dtype=torch.long)
 
 
-def _draw(probs: torch.Tensor, logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+def _draw(probs: torch.Tensor | None, logits: torch.Tensor, temperature: float, generator):
     return logits.argmax(-1) if temperature == 0 else sample(probs, generator)
+
+
+def _join_outputs(old, new):
+    """Stack the (logits, hidden) of running rows and of newly admitted rows."""
+    if old is None:
+        return new
+    logits = torch.cat([old[0], new[0]])
+    hidden = None if old[1] is None else torch.cat([old[1], new[1]])
+    return logits, hidden
+
+
+def _select_outputs(outs, rows: torch.Tensor):
+    return outs[0][rows], None if outs[1] is None else outs[1][rows]
 
 
 @torch.inference_mode()
@@ -251,93 +402,101 @@ def generate_tokenwise(
     """
     if draft is None and target is None:
         raise ValueError("need a draft model, a target model, or both")
+    for i, prompt in enumerate(prompts):
+        if len(prompt) < 1:
+            raise ValueError(f"prompt {i} is empty")
     policy = policy or UploadFull()
-    results: list[list[int]] = [[] for _ in prompts]
-    for start in range(0, len(prompts), cfg.batch_size):
-        indices = list(range(start, min(start + cfg.batch_size, len(prompts))))
-        state = RowState(indices)
-        ids, valid = left_pad([prompts[i] for i in indices], cfg.pad_token_id, "cpu")
-        models = {
-            name: RaggedCachedModel(m, cfg.keep_hidden)
-            for name, m in (("draft", draft), ("target", target))
-            if m is not None
-        }
-        outs = {name: m.feed(ids, valid, 1) for name, m in models.items()}
-        position = torch.zeros(len(indices), dtype=torch.long)
-        while state.active:
-            z_draft = outs["draft"][0][:, -1] if "draft" in outs else None
-            z_target = outs["target"][0][:, -1] if "target" in outs else None
-            x = probabilities(z_draft, cfg.temperature) if z_draft is not None else None
-            y = probabilities(z_target, cfg.temperature) if z_target is not None else None
-            batch = len(state.active)
-            u = d = None
-            skipped = torch.zeros(batch, dtype=torch.bool)
-            upload_k = torch.zeros(batch, dtype=torch.long)
-            accepted = torch.zeros(batch, dtype=torch.bool)
-            if x is not None and y is not None:
-                d = _draw(x, z_draft, cfg.temperature, generator)
-                u = (
-                    perturbation_uncertainty(
-                        z_draft,
-                        d,
-                        policy.uncertainty_samples,
-                        policy.uncertainty_theta_max,
-                        generator,
-                    )
-                    if policy.uncertainty_samples > 0
-                    else torch.zeros(batch)
+    hybrid = draft is not None and target is not None
+    # A single model decoding greedily needs no probabilities, only argmaxes.
+    needs_probs = hybrid or cfg.temperature > 0
+    schedule = _Schedule(prompts, cfg)
+    models = {
+        name: RaggedCachedModel(m, cfg.keep_hidden)
+        for name, m in (("draft", draft), ("target", target))
+        if m is not None
+    }
+    outs: dict[str, tuple | None] = {name: None for name in models}
+    while schedule.queue or schedule.active:
+        new = schedule.admit()
+        if new:
+            ids, valid = left_pad([prompts[i] for i in new], cfg.pad_token_id, "cpu")
+            for name, m in models.items():
+                newcomer = RaggedCachedModel(m.model, cfg.keep_hidden)
+                outs[name] = _join_outputs(outs[name], newcomer.feed(ids, valid, 1))
+                m.join(newcomer)
+        z_draft = outs["draft"][0][:, -1] if "draft" in outs else None
+        z_target = outs["target"][0][:, -1] if "target" in outs else None
+        x = probabilities(z_draft, cfg.temperature) if z_draft is not None and needs_probs else None
+        y = (
+            probabilities(z_target, cfg.temperature)
+            if z_target is not None and needs_probs
+            else None
+        )
+        batch = len(schedule.active)
+        u = d = None
+        skipped = torch.zeros(batch, dtype=torch.bool)
+        upload_k = torch.zeros(batch, dtype=torch.long)
+        accepted = torch.zeros(batch, dtype=torch.bool)
+        if hybrid:
+            d = _draw(x, z_draft, cfg.temperature, generator)
+            u = (
+                perturbation_uncertainty(
+                    z_draft, d, policy.uncertainty_samples, policy.uncertainty_theta_max, generator
                 )
-                skipped, upload_k = policy.decide(z_draft, x, d, u, generator)
-                received = reconstruct_topk(x, upload_k.clamp_min(1))
-                verified, accepted = verify_single_token(d, received, y, generator)
-                committed = torch.where(skipped, d, verified)
-                accepted = accepted | skipped
-                upload_k = torch.where(skipped, 0, upload_k)
-            elif x is not None:
-                committed = d = _draw(x, z_draft, cfg.temperature, generator)
-            else:
-                committed = _draw(y, z_target, cfg.temperature, generator)
-            if on_step is not None:
-                on_step(
-                    TokenStep(
-                        prompt_indices=list(state.active),
-                        position=position.clone(),
-                        draft_logits=z_draft,
-                        draft_probs=x,
-                        target_probs=y,
-                        draft_tokens=d,
-                        uncertainty=u,
-                        skipped=skipped,
-                        upload_k=upload_k,
-                        accepted=accepted,
-                        committed=committed,
-                        draft_hidden=outs["draft"][1][:, -1]
-                        if "draft" in outs and cfg.keep_hidden
-                        else None,
-                        target_hidden=outs["target"][1][:, -1]
-                        if "target" in outs and cfg.keep_hidden
-                        else None,
-                    )
+                if policy.uncertainty_samples > 0
+                else torch.zeros(batch)
+            )
+            skipped, upload_k = policy.decide(z_draft, x, d, u, generator)
+            received = reconstruct_topk(x, upload_k.clamp_min(1))
+            verified, accepted = verify_single_token(d, received, y, generator)
+            committed = torch.where(skipped, d, verified)
+            accepted = accepted | skipped
+            upload_k = torch.where(skipped, 0, upload_k)
+        elif z_draft is not None:
+            committed = d = _draw(x, z_draft, cfg.temperature, generator)
+        else:
+            committed = _draw(y, z_target, cfg.temperature, generator)
+        position = torch.tensor([len(schedule.generated[p]) for p in schedule.active])
+        if on_step is not None:
+            on_step(
+                TokenStep(
+                    prompt_indices=list(schedule.active),
+                    position=position,
+                    draft_logits=z_draft,
+                    draft_probs=x,
+                    target_probs=y,
+                    draft_tokens=d,
+                    uncertainty=u,
+                    skipped=skipped,
+                    upload_k=upload_k,
+                    accepted=accepted,
+                    committed=committed,
+                    draft_hidden=outs["draft"][1][:, -1]
+                    if "draft" in outs and cfg.keep_hidden
+                    else None,
+                    target_hidden=outs["target"][1][:, -1]
+                    if "target" in outs and cfg.keep_hidden
+                    else None,
                 )
-            _, finished = _append_and_check(state, [[int(t)] for t in committed], cfg)
-            position += 1
-            keep = torch.tensor([not f for f in finished])
-            if not keep.any():
-                break
-            if not keep.all():
-                rows = keep.nonzero().squeeze(1)
-                for m in models.values():
-                    m.select_rows(rows)
-                state.active = [p for p, k in zip(state.active, keep.tolist(), strict=True) if k]
-                committed = committed[rows]
-                position = position[rows]
-            step_valid = torch.ones((len(state.active), 1), dtype=torch.bool)
-            outs = {
-                name: m.feed(committed.unsqueeze(1), step_valid, 1) for name, m in models.items()
-            }
-        for i in indices:
-            results[i] = state.generated[i]
-    return results
+            )
+        _, finished = schedule.commit([[int(t)] for t in committed])
+        rows = schedule.keep(finished)
+        if rows is not None:
+            committed = committed[rows]
+            for name, m in models.items():
+                m.select_rows(rows)
+                outs[name] = _select_outputs(outs[name], rows)
+        if not schedule.active:
+            for name in outs:
+                outs[name] = None
+            for m in models.values():
+                m.start(0)
+            continue
+        step_valid = torch.ones((len(schedule.active), 1), dtype=torch.bool)
+        for name, m in models.items():
+            m.compact()
+            outs[name] = m.feed(committed.unsqueeze(1), step_valid, 1)
+    return schedule.results()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,16 +508,17 @@ def generate_tokenwise(
 class DraftRound:
     """One gamma-token round for the active rows, as the edge sees it.
 
-    ``draft_tokens`` [B, G]; ``draft_probs`` [B, G, V] and ``target_probs`` [B, G+1, V] at the
-    decoding temperature; ``target_logits`` [B, G+1, V]; hidden states [B, G, H] (draft: the
-    state that proposed each token; target: the state that scored it), present when the
-    decoding config keeps them. ``prompt_indices`` name the rows' prompts.
+    ``draft_tokens`` [B, G]; ``target_logits`` [B, G+1, V]; ``draft_probs`` [B, G, V] and
+    ``target_probs`` [B, G+1, V] at the decoding temperature (None when decoding greedily:
+    greedy rules read the logits); hidden states [B, G, H] (draft: the state that proposed each
+    token; target: the state that scored it), present when the decoding config keeps them.
+    ``prompt_indices`` name the rows' prompts.
     """
 
     prompt_indices: list[int]
     draft_tokens: torch.Tensor
-    draft_probs: torch.Tensor
-    target_probs: torch.Tensor
+    draft_probs: torch.Tensor | None
+    target_probs: torch.Tensor | None
     target_logits: torch.Tensor
     draft_hidden: torch.Tensor | None
     target_hidden: torch.Tensor | None
@@ -411,96 +571,96 @@ def generate_rounds(
     """
     if gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {gamma}")
+    for i, prompt in enumerate(prompts):
+        if len(prompt) < 1:
+            raise ValueError(f"prompt {i} is empty")
     acceptance = acceptance or strict_acceptance(cfg.temperature)
-    results: list[list[int]] = [[] for _ in prompts]
+    greedy = cfg.temperature == 0
     stats: list[RoundStats] = []
-    for start in range(0, len(prompts), cfg.batch_size):
-        indices = list(range(start, min(start + cfg.batch_size, len(prompts))))
-        state = RowState(indices)
-        for i in indices:
-            if len(prompts[i]) < 1:
-                raise ValueError(f"prompt {i} is empty")
-        ids, valid = left_pad([prompts[i][:-1] for i in indices], cfg.pad_token_id, "cpu")
-        dm, tm = (
-            RaggedCachedModel(draft, cfg.keep_hidden),
-            RaggedCachedModel(target, cfg.keep_hidden),
+    rounds_done: dict[int, int] = {}
+    schedule = _Schedule(prompts, cfg)
+    dm = RaggedCachedModel(draft, cfg.keep_hidden)
+    tm = RaggedCachedModel(target, cfg.keep_hidden)
+    draft_pending: list[list[int]] = []
+    target_pending: list[list[int]] = []
+    while schedule.queue or schedule.active:
+        new = schedule.admit()
+        if new:
+            # Both models see each prompt but its last token, which every round feeds first.
+            ids, valid = left_pad([prompts[i][:-1] for i in new], cfg.pad_token_id, "cpu")
+            for m in (dm, tm):
+                newcomer = RaggedCachedModel(m.model, cfg.keep_hidden)
+                newcomer.start(len(new))
+                if ids.shape[1] > 0:
+                    newcomer.feed(ids, valid, 1)
+                m.join(newcomer)
+            draft_pending += [[prompts[i][-1]] for i in new]
+            target_pending += [[prompts[i][-1]] for i in new]
+        batch = len(schedule.active)
+        # Draft gamma tokens; the first step also consumes what the draft has not seen yet.
+        pend_ids, pend_valid = left_pad(draft_pending, cfg.pad_token_id, "cpu")
+        draft_width = pend_ids.shape[1] + gamma - 1
+        tokens, probs_list, hidden_list = [], [], []
+        step_ids, step_valid = pend_ids, pend_valid
+        for _ in range(gamma):
+            logits, hidden = dm.feed(step_ids, step_valid, 1)
+            z = logits[:, -1]
+            p = None if greedy else probabilities(z, cfg.temperature)
+            tok = _draw(p, z, cfg.temperature, generator)
+            tokens.append(tok)
+            probs_list.append(p)
+            if hidden is not None:
+                hidden_list.append(hidden[:, -1])
+            step_ids, step_valid = tok.unsqueeze(1), torch.ones((batch, 1), dtype=torch.bool)
+        draft_tokens = torch.stack(tokens, 1)
+        t_ids, t_valid = left_pad(
+            [tp + row for tp, row in zip(target_pending, draft_tokens.tolist(), strict=True)],
+            cfg.pad_token_id,
+            "cpu",
         )
-        if ids.shape[1] > 0:
-            dm.feed(ids, valid, 1)
-            tm.feed(ids, valid, 1)
-        draft_pending = [[prompts[i][-1]] for i in indices]
-        target_pending = [[prompts[i][-1]] for i in indices]
-        round_index = 0
-        while state.active:
-            batch = len(state.active)
-            # Draft gamma tokens; the first step also consumes what the draft has not seen yet.
-            pend_ids, pend_valid = left_pad(draft_pending, cfg.pad_token_id, "cpu")
-            draft_width = pend_ids.shape[1] + gamma - 1
-            tokens, probs_list, hidden_list = [], [], []
-            step_ids, step_valid = pend_ids, pend_valid
-            for _ in range(gamma):
-                logits, hidden = dm.feed(step_ids, step_valid, 1)
-                z = logits[:, -1]
-                p = probabilities(z, cfg.temperature)
-                tok = _draw(p, z, cfg.temperature, generator)
-                tokens.append(tok)
-                probs_list.append(p)
-                if hidden is not None:
-                    hidden_list.append(hidden[:, -1])
-                step_ids, step_valid = tok.unsqueeze(1), torch.ones((batch, 1), dtype=torch.bool)
-            draft_tokens = torch.stack(tokens, 1)
-            t_ids, t_valid = left_pad(
-                [tp + row for tp, row in zip(target_pending, draft_tokens.tolist(), strict=True)],
-                cfg.pad_token_id,
-                "cpu",
+        target_logits, target_hidden = tm.feed(t_ids, t_valid, gamma + 1)
+        round_ = DraftRound(
+            prompt_indices=list(schedule.active),
+            draft_tokens=draft_tokens,
+            draft_probs=None if greedy else torch.stack(probs_list, 1),
+            target_probs=None if greedy else probabilities(target_logits, cfg.temperature),
+            target_logits=target_logits,
+            draft_hidden=torch.stack(hidden_list, 1) if hidden_list else None,
+            target_hidden=target_hidden[:, :gamma] if target_hidden is not None else None,
+            generated_lengths=torch.tensor([len(schedule.generated[p]) for p in schedule.active]),
+        )
+        verdict = acceptance(round_, generator)
+        if on_round is not None:
+            on_round(round_, verdict)
+        n = verdict.num_accepted
+        committed = [
+            row[: int(k) + 1] for row, k in zip(verdict.output_tokens.tolist(), n, strict=True)
+        ]
+        mismatches = (draft_tokens != target_logits[:, :gamma].argmax(-1)).sum(1)
+        kept, finished = schedule.commit(committed)
+        for row, p in enumerate(schedule.active):
+            index = rounds_done.get(p, 0)
+            stats.append(
+                RoundStats(p, index, gamma, int(n[row]), len(kept[row]), int(mismatches[row]))
             )
-            target_logits, target_hidden = tm.feed(t_ids, t_valid, gamma + 1)
-            round_ = DraftRound(
-                prompt_indices=list(state.active),
-                draft_tokens=draft_tokens,
-                draft_probs=torch.stack(probs_list, 1),
-                target_probs=probabilities(target_logits, cfg.temperature),
-                target_logits=target_logits,
-                draft_hidden=torch.stack(hidden_list, 1) if hidden_list else None,
-                target_hidden=target_hidden[:, :gamma] if target_hidden is not None else None,
-                generated_lengths=torch.tensor([len(state.generated[p]) for p in state.active]),
-            )
-            verdict = acceptance(round_, generator)
-            if on_round is not None:
-                on_round(round_, verdict)
-            n = verdict.num_accepted
-            committed = [
-                row[: int(k) + 1] for row, k in zip(verdict.output_tokens.tolist(), n, strict=True)
-            ]
-            mismatches = (draft_tokens != target_logits[:, :gamma].argmax(-1)).sum(1)
-            kept, finished = _append_and_check(state, committed, cfg)
-            for row, p in enumerate(state.active):
-                stats.append(
-                    RoundStats(
-                        p, round_index, gamma, int(n[row]), len(kept[row]), int(mismatches[row])
-                    )
-                )
-            # Roll back: the target saw all gamma drafts, keep the accepted ones; the draft fed
-            # gamma - 1 drafts, keep min(n, gamma - 1) of them.
-            tm.invalidate_last(gamma - n, t_ids.shape[1])
-            dm.invalidate_last((gamma - 1 - n).clamp_min(0), draft_width)
-            final = [row[-1] for row in committed]
-            target_pending = [[f] for f in final]
-            draft_pending = [
-                ([int(draft_tokens[r, -1])] if int(n[r]) == gamma else []) + [final[r]]
-                for r in range(batch)
-            ]
-            keep = torch.tensor([not f for f in finished])
-            round_index += 1
-            if not keep.any():
-                break
-            if not keep.all():
-                rows = keep.nonzero().squeeze(1)
-                dm.select_rows(rows)
-                tm.select_rows(rows)
-                state.active = [p for p, k in zip(state.active, keep.tolist(), strict=True) if k]
-                target_pending = [target_pending[r] for r in rows.tolist()]
-                draft_pending = [draft_pending[r] for r in rows.tolist()]
-        for i in indices:
-            results[i] = state.generated[i]
-    return results, stats
+            rounds_done[p] = index + 1
+        # Roll back: the target saw all gamma drafts, keep the accepted ones; the draft fed
+        # gamma - 1 drafts, keep min(n, gamma - 1) of them.
+        tm.invalidate_last(gamma - n, t_ids.shape[1])
+        dm.invalidate_last((gamma - 1 - n).clamp_min(0), draft_width)
+        final = [row[-1] for row in committed]
+        target_pending = [[f] for f in final]
+        draft_pending = [
+            ([int(draft_tokens[r, -1])] if int(n[r]) == gamma else []) + [final[r]]
+            for r in range(batch)
+        ]
+        rows = schedule.keep(finished)
+        if rows is not None:
+            dm.select_rows(rows)
+            tm.select_rows(rows)
+            target_pending = [target_pending[r] for r in rows.tolist()]
+            draft_pending = [draft_pending[r] for r in rows.tolist()]
+        dm.compact()
+        tm.compact()
+    stats.sort(key=lambda s: (s.prompt_index, s.round_index))
+    return schedule.results(), stats
