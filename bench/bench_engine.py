@@ -1,11 +1,20 @@
-"""Throughput of the speculative engine against Hugging Face decoding on a real pair.
+"""Throughput of the speculative engine against Hugging Face decoding on a real pair, fairly.
 
-Prints a Markdown table: tokens/s of target-only ``generate``, of assisted generation
-(``assistant_model=``), and of this engine (greedy gamma-token rounds) at batch 1 and at a
-larger batch, with the peak resident memory of each phase. All greedy, same prompts, a fixed
-number of new tokens (EOS ignored so every method does the same work).
+Every method decodes the same chat prompts greedily, in the same dtype, up to ``--new`` new
+tokens or the pair's end-of-reply tokens, whichever comes first (EOS ends a row in every
+method, so they do the same work), after one warm-up of its own. Methods:
 
-    python bench/bench_engine.py --model-dir resources/models/qwen25coder --prompts 4 --new 64
+- target-only ``generate`` at batch 1 and at ``--batch`` (left-padded);
+- Hugging Face assisted generation (``assistant_model=``) at batch 1, with its default
+  adaptive drafting and with a fixed gamma;
+- this engine (greedy gamma-token rounds) at batch 1 and at ``--batch``.
+
+Prints Markdown tables: tokens/s, ratios, peak resident memory, how many outputs equal
+target-only greedy, where the engine's time goes (draft forwards, target forwards, the rest),
+and, with ``--sweep``, the engine against target-only ``generate`` over batch sizes, which
+shows the crossover batch size where speculation stops paying on this machine.
+
+    python bench/bench_engine.py --model-dir resources/models/qwen25coder --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -19,8 +28,9 @@ import torch
 
 from edgespec.data.chat import chat_token_ids
 from edgespec.data.prepare import load_records
-from edgespec.decoding.engine import DecodingConfig, generate_rounds
-from edgespec.models.load import load_pair
+from edgespec.decoding.engine import DecodingConfig, RaggedCachedModel, generate_rounds
+from edgespec.models.load import load_pair, stop_token_ids
+from edgespec.models.precision import cpu_flags, machine_summary, native_bf16
 from edgespec.seeding import numpy_rng, torch_generator
 
 
@@ -38,90 +48,195 @@ def _peak_rss_gib() -> float:
     return float("nan")
 
 
-def _timed(label, fn, n_tokens_fn, rows):
-    _reset_peak_rss()
-    start = time.perf_counter()
-    out = fn()
-    elapsed = time.perf_counter() - start
-    tokens = n_tokens_fn(out)
-    rows.append((label, tokens, elapsed, tokens / elapsed, _peak_rss_gib()))
-    print(f"{label}: {tokens} tokens in {elapsed:.1f} s", file=sys.stderr, flush=True)
+def _cut(tokens: list[int], eos: set[int], budget: int) -> list[int]:
+    """New tokens up to and including the first EOS, at most ``budget``."""
+    out = []
+    for t in tokens[:budget]:
+        out.append(int(t))
+        if t in eos:
+            break
     return out
+
+
+class ForwardClock:
+    """Wall time spent in each model's forward passes inside the engine."""
+
+    def __init__(self, draft, target):
+        self.seconds = {"draft": 0.0, "target": 0.0}
+        self._names = {id(draft): "draft", id(target): "target"}
+        self._feed = RaggedCachedModel.feed
+
+    def __enter__(self):
+        clock, feed = self, self._feed
+
+        def timed(model_self, tokens, valid, logits_to_keep):
+            start = time.perf_counter()
+            out = feed(model_self, tokens, valid, logits_to_keep)
+            clock.seconds[clock._names[id(model_self.model)]] += time.perf_counter() - start
+            return out
+
+        RaggedCachedModel.feed = timed
+        return self
+
+    def __exit__(self, *exc):
+        RaggedCachedModel.feed = self._feed
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-dir", default="resources/models/qwen25coder")
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--prompts", type=int, default=4, help="prompts for the batch-1 methods")
-    ap.add_argument("--batch", type=int, default=16, help="batch size of the batched engine run")
-    ap.add_argument("--new", type=int, default=64, help="new tokens per prompt")
+    ap.add_argument("--batch", type=int, default=16, help="batch size of the batched runs")
+    ap.add_argument("--new", type=int, default=64, help="at most this many new tokens")
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--sweep", type=int, nargs="*", default=[], help="batch sizes for the crossover table"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model_dir)
     draft, target, tok = load_pair(model_dir / "draft", model_dir / "target", dtype=args.dtype)
-    records = load_records("instructions", args.batch, numpy_rng(args.seed, "bench"))
+    eos = set(stop_token_ids(tok, target))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else min(eos)
+    records = load_records(
+        "instructions", max(args.batch, *args.sweep, 1), numpy_rng(args.seed, "bench")
+    )
     prompts = [chat_token_ids(tok, r.prompt) for r in records]
     few = prompts[: args.prompts]
     rows: list[tuple] = []
 
-    def hf(prompt_list, **kw):
+    def hf(prompt_list, batch, **kw):
         outs = []
-        for p in prompt_list:
-            ids = torch.tensor([p])
-            gen = target.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=args.new,
-                min_new_tokens=args.new,
-                do_sample=False,
-                **kw,
-            )
-            outs.append(gen[0, len(p) :].tolist())
+        for start in range(0, len(prompt_list), batch):
+            chunk = prompt_list[start : start + batch]
+            width = max(len(p) for p in chunk)
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+            with torch.inference_mode():
+                gen = target.generate(
+                    ids,
+                    attention_mask=mask,
+                    max_new_tokens=args.new,
+                    do_sample=False,
+                    eos_token_id=sorted(eos),
+                    pad_token_id=pad,
+                    **kw,
+                )
+            outs += [_cut(row[width:].tolist(), eos, args.new) for row in gen]
         return outs
 
-    count = lambda outs: sum(len(o) for o in outs)  # noqa: E731
-    target_only = _timed("target-only generate (batch 1)", lambda: hf(few), count, rows)
-    assisted = _timed(
-        "HF assisted generation (batch 1)", lambda: hf(few, assistant_model=draft), count, rows
-    )
-    cfg = DecodingConfig(max_new_tokens=args.new, temperature=0.0, batch_size=1)
-
     def engine(prompt_list, batch):
-        cfg.batch_size = batch
+        cfg = DecodingConfig(
+            max_new_tokens=args.new,
+            temperature=0.0,
+            batch_size=batch,
+            eos_token_ids=sorted(eos),
+            pad_token_id=pad,
+        )
         outs, _ = generate_rounds(
             prompt_list, cfg, torch_generator(args.seed, "bench"), draft, target, args.gamma
         )
         return outs
 
-    eng1 = _timed(
-        f"edgespec engine, gamma={args.gamma} (batch 1)", lambda: engine(few, 1), count, rows
-    )
-    engb = _timed(
-        f"edgespec engine, gamma={args.gamma} (batch {args.batch})",
-        lambda: engine(prompts, args.batch),
-        count,
-        rows,
-    )
-    same = lambda a, b: sum(x == y for x, y in zip(a, b, strict=True))  # noqa: E731
-    print(f"\nmodel pair: {model_dir}  dtype {args.dtype}  threads {args.threads}")
-    print("| method | tokens | seconds | tokens/s | peak RSS (GiB) |\n|---|---|---|---|---|")
-    for label, tokens, secs, tps, rss in rows:
-        print(f"| {label} | {tokens} | {secs:.1f} | {tps:.2f} | {rss:.1f} |")
+    fixed = {
+        "num_assistant_tokens": args.gamma,
+        "num_assistant_tokens_schedule": "constant",
+        "assistant_confidence_threshold": 0.0,
+    }
+    methods = [
+        ("target-only generate", 1, few, lambda p: hf(p, 1)),
+        ("HF assisted, default drafting", 1, few, lambda p: hf(p, 1, assistant_model=draft)),
+        (
+            f"HF assisted, gamma = {args.gamma}",
+            1,
+            few,
+            lambda p: hf(p, 1, assistant_model=draft, **fixed),
+        ),
+        (f"engine, gamma = {args.gamma}", 1, few, lambda p: engine(p, 1)),
+        ("target-only generate", args.batch, prompts, lambda p: hf(p, args.batch)),
+        (f"engine, gamma = {args.gamma}", args.batch, prompts, lambda p: engine(p, args.batch)),
+    ]
+    outputs: dict[tuple[str, int], list[list[int]]] = {}
+    breakdown: dict[int, dict[str, float]] = {}
+    for label, batch, prompt_list, run in methods:
+        run(prompt_list[:1])  # warm-up: first calls allocate and pick kernels
+        _reset_peak_rss()
+        with ForwardClock(draft, target) as clock:
+            start = time.perf_counter()
+            out = run(prompt_list)
+            elapsed = time.perf_counter() - start
+        if label.startswith("engine"):
+            breakdown[batch] = {**clock.seconds, "total": elapsed}
+        tokens = sum(len(o) for o in out)
+        outputs[(label, batch)] = out
+        rows.append(
+            (label, batch, len(prompt_list), tokens, elapsed, tokens / elapsed, _peak_rss_gib())
+        )
+        print(
+            f"{label} (batch {batch}): {tokens} tokens in {elapsed:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    flags = cpu_flags()
+    summary = machine_summary(flags)
+    native = native_bf16("cpu", flags)
+    simd = " ".join(summary["simd"])
+    print(f"\nCPU: {summary['processor']}, {summary['cpu_count']} cores, SIMD {simd}")
     print(
-        f"\nidentical to target-only greedy: assisted {same(assisted, target_only)}/{len(few)}, "
-        f"engine batch 1 {same(eng1, target_only)}/{len(few)}, "
-        f"engine batch {args.batch} {same(engb[: len(few)], target_only)}/{len(few)} "
-        "(bf16 batched and chunked matmuls may flip near-tied argmaxes)"
+        f"native bf16: {native or 'no'}; dtype {args.dtype}; threads {args.threads}; "
+        f"pair {model_dir}; at most {args.new} new tokens, EOS ends a row in every method\n"
     )
-    base = rows[1][3]
-    print(
-        f"engine batch 1 / assisted: {rows[2][3] / base:.2f}x; "
-        f"engine batch {args.batch} / assisted: {rows[3][3] / base:.2f}x"
+    reference = {
+        1: outputs[("target-only generate", 1)],
+        args.batch: outputs[("target-only generate", args.batch)],
+    }
+    header = (
+        "method",
+        "batch",
+        "prompts",
+        "tokens",
+        "seconds",
+        "tokens/s",
+        "vs target-only, same batch",
+        "peak RSS (GiB)",
+        "equal to target-only greedy",
     )
+    print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
+    base = {
+        b: next(r[5] for r in rows if r[0] == "target-only generate" and r[1] == b)
+        for b in reference
+    }
+    for label, batch, n, tokens, secs, tps, rss in rows:
+        ref = reference[batch][:n]
+        same = sum(a == b for a, b in zip(outputs[(label, batch)], ref, strict=True))
+        cells = (label, batch, n, tokens, f"{secs:.1f}", f"{tps:.2f}")
+        cells += (f"{tps / base[batch]:.2f}x", f"{rss:.1f}", f"{same}/{n}")
+        print("| " + " | ".join(map(str, cells)) + " |")
+    print("\nwhere the engine's time goes (seconds):\n")
+    print("| batch | draft forwards | target forwards | everything else | total |")
+    print("|---|---|---|---|---|")
+    for batch, b in breakdown.items():
+        rest = b["total"] - b["draft"] - b["target"]
+        print(f"| {batch} | {b['draft']:.1f} | {b['target']:.1f} | {rest:.1f} | {b['total']:.1f} |")
+    if args.sweep:
+        print("\ncrossover: tokens/s of target-only generate and of the engine by batch size\n")
+        print("| batch | target-only generate | engine | engine / target-only |\n|---|---|---|---|")
+        for batch in args.sweep:
+            chunk = prompts[:batch]
+            rates = []
+            for run in (lambda p, b=batch: hf(p, b), lambda p, b=batch: engine(p, b)):
+                run(chunk[:1])
+                start = time.perf_counter()
+                out = run(chunk)
+                rates.append(sum(len(o) for o in out) / (time.perf_counter() - start))
+            print(
+                f"| {batch} | {rates[0]:.2f} | {rates[1]:.2f} | {rates[1] / rates[0]:.2f}x |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ def test_dry_run_default_config(tmp_path):
     proc = _run(["-n", "--cores", "2", "--directory", str(tmp_path)], tmp_path)
     for rule in (
         "fetch_models",
+        "select_dtype",
         "prepare_data",
         "collect_traces",
         "profile_latency",

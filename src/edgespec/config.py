@@ -88,6 +88,22 @@ def check_inputs_exist(config: dict, base: Path = Path(".")) -> None:
                 raise ConfigError(f"config key 'models.custom.{role}': preset custom needs it")
 
 
+def check_model_settings(config: dict) -> None:
+    """Model settings that only make sense together (before any model is fetched)."""
+    models = config["models"]
+    if models["quantize"] != "none":
+        if models["dtype"] not in ("auto", "float32"):
+            raise ConfigError(
+                f"config key 'models.quantize': {models['quantize']} quantises float32 weights, "
+                f"but 'models.dtype' is {models['dtype']}; set it to auto or float32"
+            )
+        if models["device"] != "cpu":
+            raise ConfigError(
+                f"config key 'models.quantize': {models['quantize']} runs on the CPU only, but "
+                f"'models.device' is {models['device']}"
+            )
+
+
 def load_config(path: Path) -> dict:
     with open(path) as fh:
         raw = yaml.safe_load(fh) or {}

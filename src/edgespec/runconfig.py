@@ -1,4 +1,8 @@
-"""Objects that several workflow stages build the same way from the validated config."""
+"""Objects that several workflow stages build the same way from the validated config.
+
+torch and transformers are imported inside the functions that need them, so that the
+evaluation stages, which only read prompts and completions, stay torch-free.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,16 @@ from collections.abc import Sequence
 
 from edgespec.data.chat import chat_token_ids
 from edgespec.data.records import PromptRecord, read_jsonl
-from edgespec.decoding.engine import DecodingConfig
-from edgespec.models.load import stop_token_ids
 
 
 def decoding_config(
     decoding: dict, tokenizer, target, keep_hidden: bool = False, temperature: float | None = None
-) -> DecodingConfig:
-    """The engine's settings from config key ``decoding`` and the pair's special tokens."""
+):
+    """The engine's ``DecodingConfig`` from config key ``decoding`` and the pair's special
+    tokens."""
+    from edgespec.decoding.engine import DecodingConfig
+    from edgespec.models.load import stop_token_ids
+
     return DecodingConfig(
         max_new_tokens=decoding["max_new_tokens"],
         temperature=decoding["temperature"] if temperature is None else temperature,
@@ -56,3 +62,35 @@ def completion_texts(path, records: Sequence[PromptRecord]) -> list[str]:
     with open(path) as fh:
         by_id = {row["prompt_id"]: row["text"] for row in map(json.loads, fh)}
     return [by_id[r.id] for r in records]
+
+
+def model_settings(models: dict, precision_path) -> dict:
+    """The ``models`` settings with the dtype the run decodes in (rule ``select_dtype``)."""
+    import logging
+
+    from edgespec.artifacts import read_json
+
+    precision = read_json(precision_path)
+    logging.getLogger("edgespec").info(
+        "decoding in %s: %s", precision["dtype"], precision["reason"]
+    )
+    return {**models, "dtype": precision["dtype"]}
+
+
+def load_models(params, inputs, threads):
+    """(draft, target, tokenizer) of a model stage: the cached pair in the run's dtype, int8
+    dynamic-quantised where ``models.quantize`` asks for it."""
+    from edgespec.models.load import load_pair_from_dir
+    from edgespec.models.precision import quantize_model
+
+    models = model_settings(params.models, inputs.precision)
+    draft, target, tokenizer = load_pair_from_dir(params.model_dir, models, threads)
+    mode = models.get("quantize", "none")
+    return quantize_model(draft, mode), quantize_model(target, mode), tokenizer
+
+
+def decode_progress(label: str, num_prompts: int, max_new_tokens: int):
+    """A progress bar over the tokens of ``num_prompts`` prompts, with tokens/s, on stderr."""
+    from edgespec.decoding.progress import DecodeProgress
+
+    return DecodeProgress(label, num_prompts * max_new_tokens, num_prompts)

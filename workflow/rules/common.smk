@@ -7,6 +7,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from edgespec.config import (
     channel_conditions,
     check_inputs_exist,
+    check_model_settings,
     cuhlm_variants,
     validate_config,
     wisv_channels,
@@ -15,14 +16,17 @@ from edgespec.config import (
 
 config.update(validate_config(config))
 check_inputs_exist(config)
+check_model_settings(config)
 
 MODELS = config["models"]
 MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
 DATASETS = sorted(config["data"]["datasets"])
 MODEL_THREADS = MODELS["threads"]
-# What model stages need to load the cached pair; other model keys (threads, preset) do not
-# change their results and so are not params (a change to them reruns nothing).
-MODEL_LOAD = {key: MODELS[key] for key in ("dtype", "device")}
+# What model stages need to load the cached pair besides the dtype, which they read from the
+# run's precision record (rule select_dtype); other model keys (threads, preset) do not change
+# their results and so are not params (a change to them reruns nothing).
+MODEL_LOAD = {key: MODELS[key] for key in ("device", "quantize")}
+PRECISION = "results/machine/precision.json"
 PROMPTING = {
     "system_prompt": config["data"]["system_prompt"],
     "task_system_prompts": config["data"]["task_system_prompts"],
@@ -65,11 +69,13 @@ def model_provenance():
 
 
 def final_outputs():
+    quantized = MODELS["quantize"] != "none"
     return [
         *expand("results/traces/{dataset}/tokens.parquet", dataset=DATASETS),
         "results/latency/profile.json",
         "results/report/cuhlm_summary.csv",
         "results/report/wisv_summary.csv",
+        *(["results/machine/quantization.json"] if quantized else []),
     ]
 
 

@@ -63,6 +63,7 @@ rule decode_cuhlm:
     input:
         prompts=eval_prompt_files(),
         provenance=model_provenance(),
+        precision=PRECISION,
         fit="results/cuhlm/calibration/fit.json",
         kstar="results/cuhlm/calibration/kstar.json",
         reference=random_skip_reference,
@@ -162,6 +163,7 @@ rule report_cuhlm:
         ),
         traces=trace_tables(),
         provenance=model_provenance(),
+        precision=PRECISION,
     output:
         summary=report(
             "results/report/cuhlm_summary.csv",

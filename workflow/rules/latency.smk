@@ -3,6 +3,7 @@ rule profile_latency:
     input:
         prompts=f"results/data/{DATASETS[0]}.jsonl",
         provenance=model_provenance(),
+        precision=PRECISION,
     output:
         profile="results/latency/profile.json",
     log:

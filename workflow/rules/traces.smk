@@ -3,6 +3,7 @@ rule collect_traces:
     input:
         prompts="results/data/{dataset}.jsonl",
         provenance=model_provenance(),
+        precision=PRECISION,
     output:
         tokens="results/traces/{dataset}/tokens.parquet",
         hidden="results/traces/{dataset}/hidden.npz",

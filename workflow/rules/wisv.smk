@@ -3,6 +3,7 @@ rule mine_labels:
     input:
         prompts=eval_prompt_files(),
         provenance=model_provenance(),
+        precision=PRECISION,
     output:
         table="results/wisv/labels/mismatches.parquet",
         hidden="results/wisv/labels/hidden.npz",
@@ -97,6 +98,7 @@ rule decode_wisv:
     input:
         prompts=eval_prompt_files(),
         provenance=model_provenance(),
+        precision=PRECISION,
         heads=wisv_head_inputs,
     output:
         rounds="results/wisv/decode/{wvariant}/g{gamma}/{wchannel}.parquet",

@@ -12,12 +12,17 @@ import numpy as np
 
 from edgespec.artifacts import write_json, write_npz, write_parquet
 from edgespec.cuhlm.traces import collect_traces
-from edgespec.models.load import load_pair_from_dir
-from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
+from edgespec.runconfig import (
+    chat_prompts,
+    decode_progress,
+    decoding_config,
+    load_models,
+    prompt_split,
+)
 from edgespec.seeding import torch_generator
 
 params = snakemake.params
-draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)
+draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
 records = prompt_split([snakemake.input.prompts], "calib")
 cfg = decoding_config(params.decoding, tokenizer, target, keep_hidden=params.traces["store_hidden"])
 start = time.perf_counter()
@@ -32,6 +37,9 @@ result = collect_traces(
     params.uncertainty["theta_max"],
     torch_generator(params.seed, "traces", snakemake.wildcards.dataset),
     hidden_dtype=np.dtype(params.traces["hidden_dtype"]),
+    progress=decode_progress(
+        f"traces {snakemake.wildcards.dataset}", len(records), cfg.max_new_tokens
+    ),
 )
 elapsed = time.perf_counter() - start
 empty = np.zeros((len(result.tokens), 0), dtype=np.float16)

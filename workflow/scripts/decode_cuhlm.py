@@ -14,8 +14,14 @@ from edgespec.artifacts import read_json, write_parquet
 from edgespec.cuhlm.calibration import LinearFit
 from edgespec.cuhlm.decode import decode_variant
 from edgespec.cuhlm.policies import build_policy
-from edgespec.models.load import load_pair_from_dir
-from edgespec.runconfig import chat_prompts, decoding_config, prompt_split, write_completions
+from edgespec.runconfig import (
+    chat_prompts,
+    decode_progress,
+    decoding_config,
+    load_models,
+    prompt_split,
+    write_completions,
+)
 from edgespec.seeding import torch_generator
 
 params = snakemake.params
@@ -43,7 +49,7 @@ if variant == "random_skip":
     logging.info("random skip at the measured rate %.4f", policy_params["random_skip_rate"])
 policy = build_policy(variant, policy_params)
 
-draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)
+draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
 records = prompt_split(snakemake.input.prompts, "eval")
 cfg = decoding_config(params.decoding, tokenizer, target)
 start = time.perf_counter()
@@ -58,6 +64,7 @@ tokens, completions = decode_variant(
     cfg,
     policy,
     torch_generator(params.seed, "cuhlm", "decode"),
+    progress=decode_progress(f"decode {variant}", len(records), cfg.max_new_tokens),
 )
 elapsed = time.perf_counter() - start
 logging.info(

@@ -9,8 +9,14 @@ import logging
 import time
 
 from edgespec.artifacts import write_parquet
-from edgespec.models.load import load_pair_from_dir
-from edgespec.runconfig import chat_prompts, decoding_config, prompt_split, write_completions
+from edgespec.runconfig import (
+    chat_prompts,
+    decode_progress,
+    decoding_config,
+    load_models,
+    prompt_split,
+    write_completions,
+)
 from edgespec.seeding import numpy_rng, torch_generator
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wisv.acceptance import head_acceptance, topk_acceptance
@@ -36,7 +42,7 @@ elif variant == "wisv":
     head, extra = load_head(snakemake.input.heads[0])
     acceptance = head_acceptance(head, extra["tau"])
     encoder = csi_vector_encoder(extra["csi_features"])
-draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)
+draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
 records = prompt_split(snakemake.input.prompts, "eval")
 cfg = decoding_config(
     {**params.decoding, "max_new_tokens": wisv["max_new_tokens"]},
@@ -58,6 +64,7 @@ rounds, completions = decode_wisv(
     condition,
     numpy_rng(params.seed, "wisv-channel", channel),
     csi_encoder=encoder,
+    progress=decode_progress(f"decode {variant} g{gamma}", len(records), cfg.max_new_tokens),
 )
 elapsed = time.perf_counter() - start
 if variant == "vanilla_sd" and gamma == min(wisv["gammas"]):
@@ -66,7 +73,13 @@ if variant == "vanilla_sd" and gamma == min(wisv["gammas"]):
     from edgespec.wisv.decode import check_greedy_equivalence
 
     prompts = chat_prompts(tokenizer, records, params.prompting)
-    alone = generate_tokenwise(prompts, cfg, torch_generator(params.seed, "check"), target=target)
+    alone = generate_tokenwise(
+        prompts,
+        cfg,
+        torch_generator(params.seed, "check"),
+        target=target,
+        progress=decode_progress("target-only greedy check", len(prompts), cfg.max_new_tokens),
+    )
     check = check_greedy_equivalence(
         target, prompts, completions, alone, tie_margin=wisv["greedy_tie_margin"]
     )

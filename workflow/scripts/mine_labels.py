@@ -10,14 +10,13 @@ import logging
 import numpy as np
 
 from edgespec.artifacts import write_npz, write_parquet
-from edgespec.models.load import load_pair_from_dir
-from edgespec.runconfig import chat_prompts, decoding_config, prompt_split
+from edgespec.runconfig import chat_prompts, decoding_config, load_models, prompt_split
 from edgespec.scoring import semantic_similarity
 from edgespec.wisv.labels import mine_labels
 
 params = snakemake.params
 wisv = params.wisv
-draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)
+draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
 records = prompt_split(snakemake.input.prompts, "calib")
 cfg = decoding_config(params.decoding, tokenizer, target, temperature=0.0)
 table, draft_hidden, target_hidden = mine_labels(

@@ -12,13 +12,10 @@ if latency["mode"] == "given":
     profile = {**latency["given"], "source": "given"}
 else:
     from edgespec.data.records import read_jsonl
-    from edgespec.models.load import load_pair_from_dir
     from edgespec.profiling import measure_latency_profile
-    from edgespec.runconfig import chat_prompts
+    from edgespec.runconfig import chat_prompts, load_models
 
-    draft, target, tokenizer = load_pair_from_dir(
-        params.model_dir, params.models, snakemake.threads
-    )
+    draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
     record = read_jsonl(snakemake.input.prompts)[0]
     prompt = chat_prompts(tokenizer, [record], params.prompting)[0]
     profile = measure_latency_profile(

@@ -28,6 +28,7 @@ import torch
 from edgespec.cuhlm.policies import VARIANTS
 from edgespec.decoding.compression import reconstruct_topk, total_variation
 from edgespec.decoding.engine import DecodingConfig, TokenPolicy, TokenStep, generate_tokenwise
+from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import residual_distribution
 
 TOKEN_COLUMNS = (
@@ -120,6 +121,7 @@ def decode_variant(
     cfg: DecodingConfig,
     policy: TokenPolicy | None,
     generator: torch.Generator,
+    progress: DecodeProgress | None = None,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
     """Decode ``prompts`` under ``variant``; returns (token table, new tokens per prompt).
 
@@ -153,7 +155,14 @@ def decode_variant(
         chunks.append(_record_step(step, prompt_ids, computes_u))
 
     completions = generate_tokenwise(
-        prompts, cfg, generator, draft=draft, target=target, policy=policy, on_step=on_step
+        prompts,
+        cfg,
+        generator,
+        draft=draft,
+        target=target,
+        policy=policy,
+        on_step=on_step,
+        progress=progress,
     )
     table = _concat(chunks)
     # The engine reports every step of a row, including one cut by the token budget or EOS;

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from edgespec.decoding.compression import resampling_distortion, topk_mass_and_error
 from edgespec.decoding.engine import DecodingConfig, TokenStep, UploadFull, generate_tokenwise
+from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import rejection_probability
 from edgespec.decoding.uncertainty import entropy
 
@@ -48,6 +48,7 @@ def collect_traces(
     theta_max: float,
     generator: torch.Generator,
     hidden_dtype=np.float16,
+    progress: DecodeProgress | None = None,
 ) -> TraceResult:
     """Decode ``prompts`` with standard HLM and record one row per generated token."""
     rows: list[dict] = []
@@ -55,7 +56,6 @@ def collect_traces(
     target_hidden: list[np.ndarray] = []
     vocab = None
     grid: list[int] = []
-    progress = tqdm(total=len(prompts) * cfg.max_new_tokens, desc="trace tokens", unit="tok")
 
     def record(step: TokenStep) -> None:
         nonlocal vocab, grid
@@ -93,7 +93,6 @@ def collect_traces(
         if step.draft_hidden is not None:
             draft_hidden.append(step.draft_hidden.float().numpy().astype(hidden_dtype))
             target_hidden.append(step.target_hidden.float().numpy().astype(hidden_dtype))
-        progress.update(len(step.prompt_indices))
 
     generated = generate_tokenwise(
         prompts,
@@ -103,8 +102,8 @@ def collect_traces(
         target=target,
         policy=UploadFull(uncertainty_samples=uncertainty_samples, theta_max=theta_max),
         on_step=record,
+        progress=progress,
     )
-    progress.close()
     table = pd.DataFrame(rows)
     if not table.empty:
         table = table.sort_values(["prompt_id", "position"], kind="stable")

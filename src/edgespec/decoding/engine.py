@@ -35,6 +35,7 @@ import torch
 from transformers import DynamicCache
 
 from edgespec.decoding.compression import reconstruct_topk
+from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import (
     VerificationResult,
     greedy_verify,
@@ -394,11 +395,13 @@ def generate_tokenwise(
     target: torch.nn.Module | None = None,
     policy: TokenPolicy | None = None,
     on_step: Callable[[TokenStep], None] | None = None,
+    progress: DecodeProgress | None = None,
 ) -> list[list[int]]:
     """Decode ``prompts`` (token-id lists) in per-token rounds; returns the new tokens per prompt.
 
     With both models: hybrid decoding under ``policy`` (default :class:`UploadFull`). With only
     ``draft``: SLM-only (the target is never called). With only ``target``: LLM-only.
+    ``progress`` counts the committed tokens and finished prompts.
     """
     if draft is None and target is None:
         raise ValueError("need a draft model, a target model, or both")
@@ -480,6 +483,8 @@ def generate_tokenwise(
                 )
             )
         _, finished = schedule.commit([[int(t)] for t in committed])
+        if progress is not None:
+            progress.advance(len(finished), sum(finished))
         rows = schedule.keep(finished)
         if rows is not None:
             committed = committed[rows]
@@ -564,10 +569,12 @@ def generate_rounds(
     gamma: int,
     acceptance: AcceptanceRule | None = None,
     on_round: Callable[[DraftRound, VerificationResult], None] | None = None,
+    progress: DecodeProgress | None = None,
 ) -> tuple[list[list[int]], list[RoundStats]]:
     """Decode in rounds of ``gamma`` draft tokens; returns new tokens per prompt and round stats.
 
     The default ``acceptance`` is strict (lossless) verification at ``cfg.temperature``.
+    ``progress`` counts the committed tokens and finished prompts.
     """
     if gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {gamma}")
@@ -638,6 +645,8 @@ def generate_rounds(
         ]
         mismatches = (draft_tokens != target_logits[:, :gamma].argmax(-1)).sum(1)
         kept, finished = schedule.commit(committed)
+        if progress is not None:
+            progress.advance(sum(len(k) for k in kept), sum(finished))
         for row, p in enumerate(schedule.active):
             index = rounds_done.get(p, 0)
             stats.append(

@@ -33,6 +33,7 @@ from edgespec.decoding.engine import (
     generate_rounds,
     strict_acceptance,
 )
+from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import VerificationResult
 from edgespec.wireless.channel import (
     ChannelCondition,
@@ -92,6 +93,7 @@ def decode_wisv(
     rng: np.random.Generator,
     csi_encoder: CsiEncoder | None = None,
     generator: torch.Generator | None = None,
+    progress: DecodeProgress | None = None,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
     """Decode ``prompts`` in gamma-token rounds under one channel condition.
 
@@ -160,6 +162,7 @@ def decode_wisv(
         gamma,
         acceptance=rule,
         on_round=on_round,
+        progress=progress,
     )
     return _round_table(variant, condition, prompt_ids, stats, masks, gains, rates), completions
 

@@ -1,0 +1,258 @@
+"""Which weight dtype decodes fastest on this machine (``models.dtype: auto``).
+
+Decoding on a CPU is bound by matrix products whose speed in bfloat16 depends on the
+instruction set, not only on the bytes moved:
+
+- CPUs with native bf16 arithmetic (AVX-512 BF16, AMX) and CUDA GPUs run bf16 faster than
+  float32 at every batch size (half the bytes, native dot products): they take bfloat16.
+- Other CPUs (AVX2, plain AVX-512) emulate bf16 products by widening to float32. bf16 can
+  still win on one row (memory-bound, half the bytes) and lose 2-4x on a batch of 16
+  (compute-bound); measured on a 2-core AMD EPYC with AVX2 only, Qwen2.5-Coder-1.5B: 4.5
+  against 2.2 tokens/s at 1 x 1, 6.2 against 11.7 at 16 x 1. So the choice there is a short
+  timed probe of both dtypes on products of the target's own shapes at the workflow's
+  decoding shapes (``batch_size`` rows x 1 token and x gamma + 1 tokens), about a second.
+
+An explicit ``models.dtype`` always wins. The choice and its measured reason are written to
+the run's precision record (rule ``select_dtype``), which every model stage reads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+"""/proc/cpuinfo flags of CPUs with bf16 arithmetic in hardware."""
+
+CHOICES = ("float32", "bfloat16")
+"""The dtypes ``auto`` chooses between (float16 is slow on CPUs and not offered)."""
+
+
+@dataclass
+class DtypeChoice:
+    """The dtype a run decodes in, why, and the probe timings (seconds) where one ran."""
+
+    dtype: str
+    reason: str
+    setting: str
+    probe_s: dict[str, float] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The CPU feature flags the kernel reports (empty where /proc/cpuinfo does not exist)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def machine_summary(flags: set[str] | None = None) -> dict[str, Any]:
+    """Processor, core count and the SIMD features that matter for the dtype choice."""
+    flags = cpu_flags() if flags is None else flags
+    simd = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4")))
+    return {
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "simd": simd,
+    }
+
+
+ONEDNN_ISAS_WITHOUT_BF16 = (
+    "SSE41",
+    "AVX",
+    "AVX2",
+    "AVX2_VNNI",
+    "AVX2_VNNI_2",
+    "AVX512_CORE",
+    "AVX512_CORE_VNNI",
+)
+"""Values of ONEDNN_MAX_CPU_ISA that keep oneDNN (torch's CPU matmuls) off bf16 instructions."""
+
+
+def native_bf16(device: str, flags: set[str], environ: dict | None = None) -> str | None:
+    """Why bf16 is native here (a sentence), or None where it would be emulated.
+
+    A CPU with the instructions still emulates bf16 when ``ONEDNN_MAX_CPU_ISA`` caps oneDNN
+    below AVX512_CORE_BF16 (which is also how an AVX2-only machine can be emulated).
+    """
+    if device.startswith("cuda"):
+        return "CUDA device: bf16 runs natively on the GPU"
+    environ = os.environ if environ is None else environ
+    cap = environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if cap in ONEDNN_ISAS_WITHOUT_BF16:
+        return None
+    have = [f for f in NATIVE_BF16_CPU_FLAGS if f in flags]
+    if have:
+        return f"CPU has native bf16 arithmetic ({', '.join(have)})"
+    return None
+
+
+def time_products(
+    dtype: str,
+    rows: Sequence[int],
+    in_features: int,
+    out_features: int,
+    layers: int = 4,
+    repeats: int = 3,
+) -> float:
+    """Seconds for ``x @ W.T`` through ``layers`` distinct [out, in] weights (more than the
+    caches hold), summed over the row counts ``rows``; median of ``repeats`` after a warm-up."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(0)
+    weights = [
+        (torch.randn(out_features, in_features, generator=gen) * 0.02).to(torch_dtype)
+        for _ in range(layers)
+    ]
+    inputs = [torch.randn(m, in_features, generator=gen).to(torch_dtype) for m in rows]
+
+    def run() -> None:
+        with torch.inference_mode():
+            for x in inputs:
+                for w in weights:
+                    torch.nn.functional.linear(x, w)
+
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+Prober = Callable[[str], float]
+"""dtype name -> seconds of the probe workload in that dtype."""
+
+
+def choose_dtype(
+    setting: str,
+    device: str,
+    hidden_size: int,
+    intermediate_size: int,
+    batch_size: int,
+    gamma: int,
+    flags: set[str] | None = None,
+    prober: Prober | None = None,
+    environ: dict | None = None,
+    quantize: str = "none",
+) -> DtypeChoice:
+    """The decoding dtype for ``setting`` (``models.dtype``: auto or an explicit dtype).
+
+    ``auto``: bfloat16 where bf16 is native (:func:`native_bf16`), else whichever of float32
+    and bfloat16 runs the probe faster: products of the target's MLP shape
+    (``hidden_size`` -> ``intermediate_size``) at ``batch_size`` rows x 1 token and x
+    ``gamma + 1`` tokens (``prober`` replaces the timing in tests).
+    """
+    flags = cpu_flags() if flags is None else flags
+    environ = os.environ if environ is None else environ
+    machine = {
+        **machine_summary(flags),
+        "device": device,
+        "onednn_max_cpu_isa": environ.get("ONEDNN_MAX_CPU_ISA"),
+    }
+    if quantize != "none":
+        if setting not in ("auto", "float32"):
+            raise ValueError(
+                f"models.quantize: {quantize} runs on float32 weights, but models.dtype is "
+                f"{setting}; set models.dtype to auto or float32"
+            )
+        return DtypeChoice(
+            "float32",
+            f"models.quantize {quantize} quantises float32 weights",
+            setting,
+            machine=machine,
+        )
+    if setting != "auto":
+        return DtypeChoice(setting, "configured (models.dtype)", setting, machine=machine)
+    native = native_bf16(device, flags, environ)
+    if native is not None:
+        return DtypeChoice("bfloat16", native, setting, machine=machine)
+    rows = (int(batch_size), int(batch_size) * (int(gamma) + 1))
+    if prober is None:
+
+        def prober(dtype: str) -> float:
+            return time_products(dtype, rows, int(hidden_size), int(intermediate_size))
+
+    probe = {dtype: float(prober(dtype)) for dtype in CHOICES}
+    best = min(CHOICES, key=lambda d: probe[d])
+    other = next(d for d in CHOICES if d != best)
+    reason = (
+        f"no native bf16 on this CPU; timed probe at {rows[0]} and {rows[1]} rows x "
+        f"{hidden_size}->{intermediate_size}: {best} {probe[best]:.3f} s against {other} "
+        f"{probe[other]:.3f} s ({probe[other] / max(probe[best], 1e-12):.1f}x slower)"
+    )
+    return DtypeChoice(best, reason, setting, probe_s=probe, machine=machine)
+
+
+QUANTIZE_MODES = ("none", "int8_dynamic")
+"""``models.quantize``: none, or int8 dynamic quantisation of every linear layer (per-channel
+weight scales, activations quantised on the fly; fbgemm/x86 kernels). Opt-in: it changes the
+model, and :func:`quantization_fidelity` measures by how much."""
+
+
+def quantize_model(model, mode: str):
+    """``model`` with its linear layers replaced by int8 dynamic-quantised ones (``mode``
+    int8_dynamic), or unchanged (none). Needs float32 weights and a CPU."""
+    if mode == "none":
+        return model
+    if mode not in QUANTIZE_MODES:
+        raise ValueError(f"models.quantize must be one of {QUANTIZE_MODES}, got {mode!r}")
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    param = next(model.parameters())
+    if param.dtype != torch.float32 or param.device.type != "cpu":
+        raise ValueError(
+            "models.quantize: int8_dynamic needs float32 weights on the CPU "
+            f"(got {param.dtype} on {param.device}); set models.dtype to float32 or auto"
+        )
+    return quantize_dynamic(
+        model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+    ).eval()
+
+
+def quantization_fidelity(reference, quantized, prompts: Sequence[Sequence[int]], new_tokens: int):
+    """How much quantisation changes the next-token distributions, on the reference's own
+    greedy continuations of ``prompts``: top-1 agreement and the mean total variation between
+    the two softmaxes at every continuation position."""
+    import torch
+
+    agree = total = 0
+    tv_sum = 0.0
+    with torch.inference_mode():
+        for prompt in prompts:
+            ids = torch.tensor([list(prompt)])
+            continuation = reference.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new_tokens,
+                do_sample=False,
+            )
+            positions = slice(len(prompt) - 1, continuation.shape[1] - 1)
+            p = torch.softmax(reference(continuation).logits[0, positions].float(), -1)
+            q = torch.softmax(quantized(continuation).logits[0, positions].float(), -1)
+            agree += int((p.argmax(-1) == q.argmax(-1)).sum())
+            tv_sum += float(0.5 * (p - q).abs().sum(-1).sum())
+            total += p.shape[0]
+    return {
+        "positions": total,
+        "top1_agreement": agree / total if total else math.nan,
+        "mean_tv": tv_sum / total if total else math.nan,
+    }

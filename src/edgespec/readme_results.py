@@ -1,0 +1,205 @@
+"""The README's measured results, generated from a run's report files, never copied by hand.
+
+A measured run is kept as a snapshot in ``docs/results/`` (the report files a reader needs to
+check the README against, a few kB): the CU-HLM and WISV headline tables the report stages
+write, the run's precision record and latency profile, the per-rule times from the
+``benchmark:`` files, the engine benchmark's output and a ``run.json`` with the command, the
+machine and the wall time. :func:`render` turns a snapshot into the README block between
+``<!-- results:start -->`` and ``<!-- results:end -->``; ``tests/test_docs.py`` checks that the
+README holds exactly that block.
+
+    python -m edgespec.readme_results snapshot --workdir . --wall-s 1234 --command "..."
+    python -m edgespec.readme_results write     # README block from docs/results/
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SNAPSHOT_DIR = REPO_ROOT / "docs" / "results"
+README = REPO_ROOT / "README.md"
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+REPORT_FILES = {
+    "results/report/cuhlm_headline.csv": "cuhlm_headline.csv",
+    "results/report/cuhlm_summary.md": "cuhlm_summary.md",
+    "results/report/wisv_headline.csv": "wisv_headline.csv",
+    "results/report/wisv_summary.md": "wisv_summary.md",
+    "results/machine/precision.json": "precision.json",
+    "results/latency/profile.json": "profile.json",
+}
+
+
+# ------------------------------------------------------------------------------- snapshot
+
+
+def rule_times(benchmark_dir: Path) -> list[dict]:
+    """Per rule: jobs, summed seconds and the largest peak RSS, from ``benchmark:`` files."""
+    jobs: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for path in sorted(Path(benchmark_dir).rglob("*.tsv")):
+        rel = path.relative_to(benchmark_dir)
+        rule = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        with path.open() as fh:
+            for row in csv.DictReader(fh, delimiter="\t"):
+                rss = row.get("max_rss", "NA")
+                jobs[rule].append((float(row["s"]), float(rss) if rss not in ("NA", "") else 0.0))
+    rows = [
+        {
+            "rule": rule,
+            "jobs": len(values),
+            "seconds": round(sum(s for s, _ in values), 1),
+            "peak_rss_mb": round(max(r for _, r in values)),
+        }
+        for rule, values in jobs.items()
+    ]
+    return sorted(rows, key=lambda r: -r["seconds"])
+
+
+def snapshot(workdir: Path, dest: Path, run: dict, bench: Path | None = None) -> None:
+    """Copy a finished run's report files from ``workdir`` into ``dest`` (the snapshot)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for source, name in REPORT_FILES.items():
+        path = Path(workdir) / source
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: run the workflow to the end first")
+        shutil.copyfile(path, dest / name)
+    times = rule_times(Path(workdir) / "benchmarks")
+    with (dest / "rule_times.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["rule", "jobs", "seconds", "peak_rss_mb"])
+        writer.writeheader()
+        writer.writerows(times)
+    if bench is not None:
+        shutil.copyfile(bench, dest / "bench_engine.md")
+    (dest / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+
+
+# ------------------------------------------------------------------------------- rendering
+
+
+def _read_csv(path: Path) -> list[dict]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _fmt(value: float, unit: str) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    if unit == "%":
+        return f"{value:.1f}%"
+    if unit == "x":
+        return f"{value:.3g}x"
+    return f"{value:.3g}{' ' + unit if unit and unit not in ('%', 'x') else ''}"
+
+
+def headline_table(rows: list[dict]) -> str:
+    """A paper-versus-ours table from a ``<wing>_headline.csv``."""
+    out = [
+        "| paper number | paper | ours (median) | interval | where |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        unit = row.get("unit", "")
+        lo, hi = _number(row.get("ours_lo")), _number(row.get("ours_hi"))
+        interval = f"{_fmt(lo, unit)} to {_fmt(hi, unit)}" if math.isfinite(lo) else ""
+        out.append(
+            f"| {row['metric']} | {row['paper']} | {_fmt(_number(row['ours']), unit)} | "
+            f"{interval} | {row['where']} |"
+        )
+    return "\n".join(out)
+
+
+def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
+    """The README's results block from a snapshot directory."""
+    snapshot_dir = Path(snapshot_dir)
+    run = json.loads((snapshot_dir / "run.json").read_text())
+    precision = json.loads((snapshot_dir / "precision.json").read_text())
+    profile = json.loads((snapshot_dir / "profile.json").read_text())
+    parts = [
+        f"Measured on {run['machine']}, with `{run['command']}` started {run['start']}; "
+        f"decoding dtype **{precision['dtype']}** ({precision['reason']}). Generated from "
+        "`docs/results/` by `python -m edgespec.readme_results write`; the tables under "
+        "`results/report/` of that run hold every figure.",
+        "",
+        f"**Wall time**: {run['wall_s'] / 60:.1f} min from nothing to both reports. Per rule, "
+        "from the `benchmark:` files (seconds, all jobs of the rule):",
+        "",
+        "| rule | jobs | seconds | peak RSS (MB) |",
+        "|---|---|---|---|",
+    ]
+    for row in _read_csv(snapshot_dir / "rule_times.csv"):
+        parts.append(f"| {row['rule']} | {row['jobs']} | {row['seconds']} | {row['peak_rss_mb']} |")
+    verify = ", ".join(
+        f"{float(v) * 1e3:.0f} ms (gamma = {g})"
+        for g, v in sorted(profile["target_verify_s"].items(), key=lambda kv: int(kv[0]))
+    )
+    parts += [
+        "",
+        f"**Latency profile** ({profile.get('source', 'measured')}, batch 1): draft "
+        f"{profile['draft_token_s'] * 1e3:.0f} ms/token, target "
+        f"{profile['target_token_s'] * 1e3:.0f} ms/token, target verification of gamma + 1 "
+        f"tokens {verify}.",
+    ]
+    bench = snapshot_dir / "bench_engine.md"
+    if bench.is_file():
+        parts += ["", "**Engine benchmark**:", "", bench.read_text().strip()]
+    for wing, title in (("cuhlm", "CU-HLM family"), ("wisv", "WISV")):
+        rows = _read_csv(snapshot_dir / f"{wing}_headline.csv")
+        parts += ["", f"**{title}** (the paper's number beside ours):", "", headline_table(rows)]
+    return "\n".join(parts).strip() + "\n"
+
+
+def readme_block(readme_text: str) -> str:
+    start = readme_text.index(START) + len(START)
+    return readme_text[start : readme_text.index(END)].strip() + "\n"
+
+
+def write_readme(readme: Path = README, snapshot_dir: Path = SNAPSHOT_DIR) -> None:
+    text = readme.read_text()
+    start = text.index(START) + len(START)
+    end = text.index(END)
+    readme.write_text(text[:start] + "\n" + render(snapshot_dir) + text[end:])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    snap = sub.add_parser("snapshot", help="copy a finished run's report files to docs/results")
+    snap.add_argument("--workdir", type=Path, default=Path("."))
+    snap.add_argument("--dest", type=Path, default=SNAPSHOT_DIR)
+    snap.add_argument("--wall-s", type=float, required=True, help="wall time of the run, s")
+    snap.add_argument("--command", required=True, help="the command that ran the workflow")
+    snap.add_argument("--start", required=True, help="how the run started (cold, warm, ...)")
+    snap.add_argument("--machine", required=True, help="the machine, in words")
+    snap.add_argument("--bench", type=Path, help="engine benchmark output (Markdown)")
+    sub.add_parser("write", help="write the README block from docs/results")
+    args = ap.parse_args(argv)
+    if args.command == "snapshot":
+        run = {
+            "wall_s": args.wall_s,
+            "command": args.command,
+            "start": args.start,
+            "machine": args.machine,
+        }
+        snapshot(args.workdir, args.dest, run, args.bench)
+    else:
+        write_readme()
+
+
+if __name__ == "__main__":
+    main()

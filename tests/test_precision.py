@@ -1,0 +1,86 @@
+"""models.dtype: auto picks bf16 where it is native, else the faster dtype by a timed probe."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgespec.models.precision import choose_dtype, cpu_flags, native_bf16, time_products
+
+SHAPES = {"hidden_size": 64, "intermediate_size": 128, "batch_size": 16, "gamma": 4}
+
+
+def _never(dtype: str) -> float:
+    raise AssertionError("no probe should run here")
+
+
+def test_explicit_dtype_wins_without_a_probe():
+    choice = choose_dtype("float32", "cpu", flags={"avx512_bf16"}, prober=_never, **SHAPES)
+    assert choice.dtype == "float32" and "configured" in choice.reason
+
+
+@pytest.mark.parametrize(
+    ("device", "flags"), [("cuda", set()), ("cpu", {"avx2", "avx512_bf16"}), ("cpu", {"amx_bf16"})]
+)
+def test_native_bf16_takes_bf16_without_a_probe(device, flags):
+    choice = choose_dtype("auto", device, flags=flags, prober=_never, environ={}, **SHAPES)
+    assert choice.dtype == "bfloat16" and choice.probe_s == {}
+
+
+@pytest.mark.parametrize(
+    ("fp32_s", "bf16_s", "winner"), [(1.0, 2.5, "float32"), (2.0, 1.0, "bfloat16")]
+)
+def test_without_native_bf16_the_probe_decides(fp32_s, bf16_s, winner):
+    seconds = {"float32": fp32_s, "bfloat16": bf16_s}
+    choice = choose_dtype(
+        "auto", "cpu", flags={"avx2", "fma"}, prober=seconds.__getitem__, environ={}, **SHAPES
+    )
+    assert choice.dtype == winner
+    assert choice.probe_s == seconds
+    assert "16 and 80 rows" in choice.reason and "slower" in choice.reason
+    assert "avx2" in choice.machine["simd"]
+
+
+def test_onednn_isa_cap_counts_as_no_native_bf16():
+    assert native_bf16("cpu", {"avx512_bf16"}, {"ONEDNN_MAX_CPU_ISA": "avx2"}) is None
+    assert native_bf16("cpu", {"avx512_bf16"}, {"ONEDNN_MAX_CPU_ISA": "ALL"}) is not None
+
+
+def test_cpu_flags_parse_proc_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512_bf16\n\nprocessor\t: 1\n")
+    assert cpu_flags(info) == {"fpu", "sse", "avx2", "avx512_bf16"}
+    assert cpu_flags(tmp_path / "absent") == set()
+
+
+def test_probe_times_real_products():
+    seconds = time_products("float32", (2, 4), 32, 48, layers=2, repeats=1)
+    assert 0 < seconds < 5
+
+
+def test_quantize_forces_float32_and_refuses_bf16():
+    choice = choose_dtype("auto", "cpu", flags={"avx512_bf16"}, quantize="int8_dynamic", **SHAPES)
+    assert choice.dtype == "float32" and "int8_dynamic" in choice.reason
+    with pytest.raises(ValueError, match="models.dtype"):
+        choose_dtype("bfloat16", "cpu", flags=set(), quantize="int8_dynamic", **SHAPES)
+
+
+def test_int8_dynamic_quantisation_is_measured_against_the_reference():
+    import torch
+
+    from edgespec.models.precision import quantization_fidelity, quantize_model
+    from edgespec.models.tiny import build_tiny_model
+
+    reference = build_tiny_model(vocab_size=61, seed=0, hidden_size=64)
+    quantized = quantize_model(
+        build_tiny_model(vocab_size=61, seed=0, hidden_size=64), "int8_dynamic"
+    )
+    assert any("quantized" in type(m).__module__ for m in quantized.modules())
+    prompts = [[3, 17, 29], [40, 2, 11, 58]]
+    report = quantization_fidelity(reference, quantized, prompts, new_tokens=6)
+    assert report["positions"] == 12
+    assert 0.5 <= report["top1_agreement"] <= 1.0 and 0.0 < report["mean_tv"] < 0.2
+    same = quantization_fidelity(reference, reference, prompts, new_tokens=6)
+    assert same["top1_agreement"] == 1.0 and same["mean_tv"] < 1e-6
+    assert quantize_model(reference, "none") is reference
+    with pytest.raises(ValueError, match="float32"):
+        quantize_model(build_tiny_model(vocab_size=61, seed=0).to(torch.bfloat16), "int8_dynamic")

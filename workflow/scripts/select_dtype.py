@@ -1,0 +1,34 @@
+"""Rule select_dtype (edgespec.models.precision): the dtype this machine decodes fastest in
+(models.dtype: auto), or the configured one, with the measured reason."""
+
+from edgespec.artifacts import setup_logging
+
+setup_logging(snakemake.log[0])
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from edgespec.artifacts import write_json
+from edgespec.models.precision import choose_dtype
+
+params = snakemake.params
+torch.set_num_threads(snakemake.threads)
+target_config = json.loads(
+    (Path(snakemake.input.provenance).parent / "target" / "config.json").read_text()
+)
+text_config = target_config.get("text_config", target_config)
+choice = choose_dtype(
+    params.dtype,
+    params.device,
+    hidden_size=text_config["hidden_size"],
+    intermediate_size=text_config["intermediate_size"],
+    batch_size=params.batch_size,
+    gamma=params.gamma,
+    quantize=params.quantize,
+)
+logging.info("decoding dtype %s: %s", choice.dtype, choice.reason)
+record = {**choice.to_dict(), "torch_threads": torch.get_num_threads()}
+write_json(record, snakemake.output.precision)
