@@ -258,3 +258,20 @@ def test_rows_are_refilled_and_caches_compacted_without_changing_greedy_output(
     assert any(compactions)
     cfg_tok = DecodingConfig(max_new_tokens=24, temperature=0.0, batch_size=3)
     assert generate_tokenwise(prompts, cfg_tok, torch.Generator(), target=tiny_target) == expected
+
+
+def test_progress_counts_every_committed_token(tiny_target, tiny_draft_close, caplog):
+    import io
+    import logging
+
+    from edgespec.decoding.progress import DecodeProgress
+
+    prompts = _prompts(9)
+    cfg = DecodingConfig(max_new_tokens=7, temperature=0.0, batch_size=2)
+    progress = DecodeProgress("test", 7 * len(prompts), len(prompts), stream=io.StringIO())
+    with caplog.at_level(logging.INFO, logger="edgespec"):
+        out, _ = generate_rounds(
+            prompts, cfg, torch.Generator(), tiny_draft_close, tiny_target, 3, progress=progress
+        )
+    assert progress.tokens == sum(len(o) for o in out) and progress.prompts_done == len(prompts)
+    assert "tokens/s" in caplog.text

@@ -401,7 +401,8 @@ def generate_tokenwise(
 
     With both models: hybrid decoding under ``policy`` (default :class:`UploadFull`). With only
     ``draft``: SLM-only (the target is never called). With only ``target``: LLM-only.
-    ``progress`` counts the committed tokens and finished prompts.
+    ``progress`` counts the committed tokens and finished prompts, and is closed at the end
+    (which logs the final tokens/s).
     """
     if draft is None and target is None:
         raise ValueError("need a draft model, a target model, or both")
@@ -501,6 +502,8 @@ def generate_tokenwise(
         for name, m in models.items():
             m.compact()
             outs[name] = m.feed(committed.unsqueeze(1), step_valid, 1)
+    if progress is not None:
+        progress.close()
     return schedule.results()
 
 
@@ -574,7 +577,8 @@ def generate_rounds(
     """Decode in rounds of ``gamma`` draft tokens; returns new tokens per prompt and round stats.
 
     The default ``acceptance`` is strict (lossless) verification at ``cfg.temperature``.
-    ``progress`` counts the committed tokens and finished prompts.
+    ``progress`` counts the committed tokens and finished prompts, and is closed at the end
+    (which logs the final tokens/s).
     """
     if gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {gamma}")
@@ -672,4 +676,6 @@ def generate_rounds(
         dm.compact()
         tm.compact()
     stats.sort(key=lambda s: (s.prompt_index, s.round_index))
+    if progress is not None:
+        progress.close()
     return schedule.results(), stats
