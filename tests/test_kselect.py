@@ -356,6 +356,24 @@ def test_joint_k_star_moves_with_the_rate_but_the_fixed_threshold_one_does_not(t
     assert k_slow < k_fast and u_slow < u_fast, joint
 
 
+@pytest.mark.parametrize(("index", "rate"), [(5, 1e7), (7, 1e7), (10, 1e9)])
+def test_microsecond_differences_still_decide_k_star(trace_with_probs, index, rate):
+    """At fast uplinks neighbouring k differ in E[tau] by well under a microsecond, below the
+    solver's tolerances; the programme must still return the cheapest pair (enumeration)."""
+    trace, _, x = trace_with_probs
+    dense = dense_bound_curves([x], trace["u"], trace["x_d"], trace["beta"], FIT)
+    nk_every = reconstruction_errors_all_k(x).numpy()
+    theta = float(dense.mean_bound(None)[index])
+    u_grid = [-1.0, *dense.u_values.tolist()]
+    latency = dict(LATENCY, mean_uplink_rate_bps=rate)
+    solution = optimize_k_star(dense, theta, latency, u_th_grid=u_grid, risk_budget=0.1)
+    cost, k, th = brute_force_k_star(
+        trace, list(range(1, 65)), FIT, theta, latency, u_grid, 0.1, nk=nk_every
+    )
+    assert (solution.k_star, solution.u_th) == (k, th)
+    assert solution.objective_s == pytest.approx(cost, rel=1e-12)
+
+
 def small_trace():
     """Six tokens, k grid [1, 2]; the u = 0 tokens carry most of the reconstruction error."""
     return pd.DataFrame(

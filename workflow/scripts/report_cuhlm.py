@@ -96,6 +96,8 @@ def cell(row, column, scale=1.0, unit=""):
 
 def variant_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (variant, channel) with the profile-dependent columns side by side."""
+    if frame.empty:
+        return pd.DataFrame({"note": ["none of these variants was evaluated (cuhlm.variants)"]})
     base = frame[frame["profile"] == "primary"]
     out = []
     for _, row in base.iterrows():
@@ -222,5 +224,10 @@ plots.k_distribution(
 traces = pd.concat([pd.read_parquet(p, columns=["u"]) for p in snakemake.input.traces])
 plots.skip_vs_threshold(traces["u"], thresholds, snakemake.output.skip, subtitle=subtitle)
 plots.joint_kstar_vs_snr(
-    joint_table, kstar["k_star"], channel, snakemake.output.joint_figure, subtitle=subtitle
+    joint_table,
+    kstar["k_star"],
+    channel,
+    snakemake.output.joint_figure,
+    subtitle=f"{provenance.get('preset')} pair; risk budget {kstar['joint']['risk_budget']}, "
+    f"theta_tv {kstar['theta_tv']}; u_th = -1 skips nothing",
 )
