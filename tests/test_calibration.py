@@ -13,6 +13,7 @@ from edgespec.cuhlm.calibration import (
     CalibrationError,
     LinearFit,
     binned_rejection,
+    clamp_threshold,
     empirical_risk,
     fit_rejection_model,
     predicted_risk,
@@ -171,3 +172,22 @@ def test_threshold_table():
     # delta defaults to the fraction with beta > 0 (4 of 5)
     default = threshold_table(U5, BETA5, FIT5, [])
     assert default.loc[1, "u_th"] == pytest.approx((0.8 + 0.1) / 0.8)
+    # ...which exceeds 1: that rule skips every token (SLM-only), and the table says so.
+    assert default["skips_every_token"].tolist() == [False, True]
+    assert not table["skips_every_token"].any()
+
+
+def test_threshold_above_one_is_clamped_and_flagged():
+    """u <= 1, so a threshold >= 1 skips everything: clamp_threshold caps it at 1 and says so."""
+    fit = LinearFit(a=0.3, b=-0.05, r2=float("nan"), pearson_r=float("nan"), n=10)
+    raw = risk_prone_threshold(fit, 0.4)
+    assert raw == pytest.approx(1.5)
+    assert clamp_threshold(raw) == (1.0, True)
+    assert clamp_threshold(1.0) == (1.0, True)
+    assert clamp_threshold(0.4) == (0.4, False)
+    assert clamp_threshold(-1.0) == (-1.0, False)
+    with pytest.raises(CalibrationError, match="finite"):
+        clamp_threshold(math.inf)
+    # The clamped threshold skips exactly the tokens the raw one did (all of them).
+    u = np.linspace(0, 1, 21)
+    assert empirical_risk(u, u, 1.0).skip_fraction == empirical_risk(u, u, raw).skip_fraction == 1

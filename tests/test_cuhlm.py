@@ -15,6 +15,9 @@ from edgespec.cuhlm.calibration import LinearFit
 from edgespec.cuhlm.decode import TOKEN_COLUMNS, decode_variant
 from edgespec.cuhlm.evaluate import (
     apply_channel,
+    device_seconds,
+    fading_base_seed,
+    price_variant,
     relative_to,
     token_gains,
     uses_uncertainty,
@@ -36,6 +39,8 @@ PARAMS = {
     "fit": FIT,
     "theta_tv": 0.2,
     "k_star": 8,
+    "u_th_joint": 0.2,
+    "k_joint": 5,
     "fixed_k": 4,
     "random_skip_rate": 0.3,
     "uncertainty_samples": 8,
@@ -62,7 +67,9 @@ def _decode(variant, draft, target, policy, prompts=None, max_new=10, batch_size
     return decode_variant(variant, draft, target, prompts, ids, cfg, policy, gen)
 
 
-@pytest.mark.parametrize("variant", ["random_skip", "cuhlm_offline", "cuhlm_online"])
+@pytest.mark.parametrize(
+    "variant", ["random_skip", "cuhlm_offline", "cuhlm_online", "cuhlm_exact", "cuhlm_joint"]
+)
 def test_token_records_are_consistent(tiny_target, tiny_draft_close, variant):
     policy = build_policy(variant, PARAMS)
     table, completions = _decode(variant, tiny_draft_close, tiny_target, policy)
@@ -83,18 +90,27 @@ def test_token_records_are_consistent(tiny_target, tiny_draft_close, variant):
         table.accept_prob, np.minimum(1.0, table.y_d / table.x_d), rtol=1e-12
     )
     np.testing.assert_allclose(table.beta, 1.0 - table.accept_prob, atol=1e-15)
-    assert (table.measured_tvd[skipped | (table.k == VOCAB).to_numpy()] == 0).all()
-    assert ((table.measured_tvd >= 0) & (table.measured_tvd <= 1)).all()
+    for column in ("measured_tvd", "output_tvd"):
+        assert (table[column][skipped | (table.k == VOCAB).to_numpy()] == 0).all()
+        assert ((table[column] >= 0) & (table[column] <= 1)).all()
+    u_th = PARAMS["u_th_joint"] if variant == "cuhlm_joint" else PARAMS["u_th"]
     if variant == "random_skip":
         assert table.u.isna().all() and skipped.any() and uploaded.any()
     else:
         assert table.u.notna().all()
-        assert (table.u[skipped] <= PARAMS["u_th"]).all()
-        assert (table.u[uploaded] > PARAMS["u_th"]).all()
-    if variant == "cuhlm_offline":
-        assert (table.k[uploaded] == PARAMS["k_star"]).all()
-        compressed = table[uploaded]
-        assert (compressed.measured_tvd > 0).any()
+        assert (table.u[skipped] <= u_th).all()
+        assert (table.u[uploaded] > u_th).all()
+    compressed = table[uploaded]
+    if variant in ("cuhlm_offline", "cuhlm_exact"):
+        assert (compressed.k == PARAMS["k_star"]).all()
+    if variant == "cuhlm_joint":
+        assert (compressed.k == PARAMS["k_joint"]).all()
+    if variant in ("cuhlm_offline", "cuhlm_joint"):
+        assert (compressed.measured_tvd > 0).any() and (compressed.output_tvd > 0).any()
+    if variant == "cuhlm_exact":
+        # Verified against the law d was drawn from: no residual or output distortion.
+        assert len(compressed) and compressed.output_tvd.max() < 1e-12
+        assert compressed.measured_tvd.max() < 1e-12
 
 
 def test_slm_only_never_calls_target(tiny_draft_close):
@@ -160,7 +176,7 @@ def test_full_k_cuhlm_equals_hlm_token_for_token(tiny_target, tiny_draft_close):
 
 def _table(rows) -> pd.DataFrame:
     base = {c: np.nan for c in TOKEN_COLUMNS}
-    base.update(k=0, uploaded=False, skipped=False, accepted=True, measured_tvd=0.0)
+    base.update(k=0, uploaded=False, skipped=False, accepted=True, measured_tvd=0.0, output_tvd=0.0)
     return pd.DataFrame([{**base, **r} for r in rows])
 
 
@@ -183,19 +199,13 @@ def test_apply_channel_hand_computed_awgn():
         device + 5 * per_entry / rate + edge,
         device,
     ]
+    gains = token_gains(table, cond, base_seed=0)
+    assert (gains == 1).all()
     got = apply_channel(
-        table,
-        "cuhlm_online",
-        cond,
-        PROFILE,
-        VOCAB,
-        8,
-        np.random.default_rng(0),
-        True,
-        resync_bits_per_skipped=6,
+        table, "cuhlm_online", cond, PROFILE, VOCAB, 8, gains, True, resync_bits_per_skipped=6
     )
     np.testing.assert_allclose(got, expected, rtol=1e-12)
-    no_unc = apply_channel(table, "hlm", cond, PROFILE, VOCAB, 8, np.random.default_rng(0), False)
+    no_unc = apply_channel(table, "hlm", cond, PROFILE, VOCAB, 8, gains, False)
     np.testing.assert_allclose(no_unc, np.array(expected) - 0.002 - [6 / rate, 0, 0], rtol=1e-12)
     assert not uses_uncertainty("hlm") and uses_uncertainty("cuhlm_online")
 
@@ -203,31 +213,69 @@ def test_apply_channel_hand_computed_awgn():
 def test_apply_channel_single_model_modes():
     table = _table([{"prompt_id": "a", "position": i} for i in range(3)])
     cond = ChannelCondition(name="r", fading="rayleigh", bandwidth_hz=1e6, snr_db=0.0, rtt_s=0.05)
-    llm = apply_channel(table, "llm_only", cond, PROFILE, VOCAB, 8, np.random.default_rng(0), False)
+    gains = token_gains(table, cond, base_seed=0)
+    llm = apply_channel(table, "llm_only", cond, COSTLY, VOCAB, 8, gains, False)
     np.testing.assert_allclose(llm, [0.1] * 3)
     slm = table.assign(skipped=True)
-    got = apply_channel(slm, "slm_only", cond, PROFILE, VOCAB, 8, np.random.default_rng(0), False)
+    got = apply_channel(slm, "slm_only", cond, COSTLY, VOCAB, 8, gains, False)
     np.testing.assert_allclose(got, [0.01] * 3)
     with pytest.raises(ValueError, match="no uploads"):
         apply_channel(
-            table.assign(uploaded=True, k=VOCAB),
-            "llm_only",
-            cond,
-            PROFILE,
-            VOCAB,
-            8,
-            np.random.default_rng(0),
-            False,
+            table.assign(uploaded=True, k=VOCAB), "llm_only", cond, PROFILE, VOCAB, 8, gains, False
         )
+    with pytest.raises(ValueError, match="one entry per token"):
+        apply_channel(table, "llm_only", cond, PROFILE, VOCAB, 8, gains[:2], False)
 
 
-def test_common_random_numbers_across_variants():
+COSTLY = LatencyProfile(
+    draft_token_s=0.01,
+    target_token_s=0.1,
+    uncertainty_s=0.002,
+    online_k_s=0.005,
+    topk_s={1: 0.001, 16: 0.002, 60: 0.003},
+)
+
+
+def test_device_costs_are_charged_per_variant():
+    """Top-k variants pay one extraction per compressed upload, CU-HLM online also its k(t)
+    selection, cuhlm_exact one extraction per token (it draws every token from x_hat); full
+    uploads and skipped tokens of the others pay neither."""
+    rows = [
+        {"prompt_id": "p", "position": 0, "uploaded": True, "k": 16},
+        {"prompt_id": "p", "position": 1, "skipped": True},
+        {"prompt_id": "p", "position": 2, "uploaded": True, "k": VOCAB},
+        {"prompt_id": "p", "position": 3, "uploaded": True, "k": 4},
+    ]
+    table = _table(rows)
+    topk_4 = 0.001 + (0.002 - 0.001) * math.log(4) / math.log(16)
+    expected = {
+        "hlm": [0, 0, 0, 0],
+        "uhlm_risk_prone": [0, 0, 0, 0],
+        "fixed_topk": [0.002, 0, 0, topk_4],
+        "cuhlm_offline": [0.002, 0, 0, topk_4],
+        "cuhlm_joint": [0.002, 0, 0, topk_4],
+        "cuhlm_online": [0.007, 0, 0.005, 0.005 + topk_4],
+        "cuhlm_exact": [0.002] * 4,
+    }
+    cond = ChannelCondition(name="c", fading="awgn", bandwidth_hz=1e6, snr_db=10.0)
+    gains = token_gains(table, cond, base_seed=0)
+    for variant, extra in expected.items():
+        got = device_seconds(table, variant, COSTLY, VOCAB, sampling_k=16)
+        np.testing.assert_allclose(got, extra, rtol=1e-12, err_msg=variant)
+        plain = apply_channel(table, variant, cond, PROFILE, VOCAB, 8, gains, False, sampling_k=16)
+        costly = apply_channel(table, variant, cond, COSTLY, VOCAB, 8, gains, False, sampling_k=16)
+        np.testing.assert_allclose(costly - plain, extra, rtol=1e-9, atol=1e-15, err_msg=variant)
+    with pytest.raises(ValueError, match="sampling_k"):
+        device_seconds(table, "cuhlm_exact", COSTLY, VOCAB)
+
+
+def test_common_random_numbers_across_variants_snrs_and_seeds():
     cond = ChannelCondition(name="r", fading="rayleigh", bandwidth_hz=1e6, snr_db=0.0)
     rows = [{"prompt_id": p, "position": t} for t in range(4) for p in ("a", "b", "c")]
     first = _table(rows)
     shuffled = first.sample(frac=1.0, random_state=3).reset_index(drop=True)
-    g1 = token_gains(first, cond, np.random.default_rng(42))
-    g2 = token_gains(shuffled, cond, np.random.default_rng(42))
+    g1 = token_gains(first, cond, 42)
+    g2 = token_gains(shuffled, cond, 42)
     key = list(zip(first.prompt_id, first.position, strict=True))
     by_key = dict(zip(key, g1, strict=True))
     assert [by_key[k] for k in zip(shuffled.prompt_id, shuffled.position, strict=True)] == list(g2)
@@ -236,26 +284,80 @@ def test_common_random_numbers_across_variants():
     other = _table(
         [{"prompt_id": "a", "position": t} for t in range(7)] + [{"prompt_id": "c", "position": 0}]
     )
-    g3 = token_gains(other, cond, np.random.default_rng(42))
+    g3 = token_gains(other, cond, 42)
     for (p, t), g in zip(zip(other.prompt_id, other.position, strict=True), g3, strict=True):
         if (p, t) in by_key:
             assert g == by_key[(p, t)]
-    assert not np.array_equal(token_gains(first, cond, np.random.default_rng(43)), g1)
+    assert not np.array_equal(token_gains(first, cond, 43), g1)
+    # Fading seeds: seed index 0 is g1, other indices are other realisations, each reproducible
+    # and shared by every SNR of the fading model.
+    assert np.array_equal(token_gains(first, cond, 42, 0), g1)
+    g_seed1 = token_gains(first, cond, 42, 1)
+    assert not np.array_equal(g_seed1, g1)
+    by_key_1 = dict(zip(key, g_seed1, strict=True))
+    g_shuffled_1 = token_gains(shuffled, cond, 42, 1)
+    assert [by_key_1[k] for k in zip(shuffled.prompt_id, shuffled.position, strict=True)] == list(
+        g_shuffled_1
+    )
+    louder = ChannelCondition(name="r20", fading="rayleigh", bandwidth_hz=1e6, snr_db=20.0)
+    assert fading_base_seed(7, cond) == fading_base_seed(7, louder)
+    assert np.array_equal(token_gains(first, louder, 42, 1), g_seed1)
+    rician = ChannelCondition(name="k", fading="rician", k_factor=5.0, bandwidth_hz=1e6, snr_db=0.0)
+    assert fading_base_seed(7, cond) != fading_base_seed(7, rician)
+    with pytest.raises(ValueError, match="seed_index"):
+        token_gains(first, cond, 42, -1)
     # Through apply_channel: two variants with equal token counts see the same rates.
     full = first.assign(uploaded=True, k=VOCAB)
     small = first.assign(uploaded=True, k=5)
-    d_full = apply_channel(full, "hlm", cond, PROFILE, VOCAB, 8, np.random.default_rng(42), False)
-    d_small = apply_channel(
-        small, "cuhlm_offline", cond, PROFILE, VOCAB, 8, np.random.default_rng(42), False
-    )
+    d_full = apply_channel(full, "hlm", cond, PROFILE, VOCAB, 8, g1, False)
+    d_small = apply_channel(small, "cuhlm_offline", cond, PROFILE, VOCAB, 8, g1, False)
     fixed = 0.01 + 0.1
     np.testing.assert_allclose(VOCAB * 14 / (d_full - fixed), 5 * 14 / (d_small - fixed), rtol=1e-9)
+
+
+def test_price_variant_shares_draws_across_variants_snrs_and_profiles():
+    """price_variant: one row per (channel, profile, seed); per seed every variant and every
+    SNR of a fading model use the same gains, so with equal tables two variants' upload
+    times differ exactly by their payload ratio, seed by seed."""
+    rows = [{"prompt_id": p, "position": t} for t in range(6) for p in ("a", "b")]
+    full = _table(rows).assign(uploaded=True, k=VOCAB)
+    small = _table(rows).assign(uploaded=True, k=5)
+    conditions = {
+        f"rayleigh_snr{snr}": ChannelCondition(
+            name=f"rayleigh_snr{snr}", fading="rayleigh", bandwidth_hz=1e6, snr_db=float(snr)
+        )
+        for snr in (-10, 10)
+    }
+    profiles = {"primary": PROFILE, "paper_hw": COSTLY}
+    a = price_variant(full, "hlm", conditions, profiles, VOCAB, 8, seed=5, fading_seeds=4)
+    b = price_variant(
+        small, "cuhlm_offline", conditions, profiles, VOCAB, 8, seed=5, fading_seeds=4
+    )
+    assert len(a) == 2 * 2 * 4 and set(a.seed) == {0, 1, 2, 3}
+    assert set(a.profile) == {"primary", "paper_hw"} and set(a.channel) == set(conditions)
+    primary = (a.profile == "primary").to_numpy()
+    upload_a = a.total_delay_s[primary].to_numpy() - len(rows) * (0.01 + 0.1)
+    upload_b = b.total_delay_s[primary].to_numpy() - len(rows) * (
+        0.01 + 0.1 + 0.002
+    )  # cuhlm_offline pays tau_unc
+    np.testing.assert_allclose(upload_a / upload_b, VOCAB / 5, rtol=1e-9)
+    per_seed = a[primary].groupby("seed").total_delay_s.first()
+    assert per_seed.nunique() == 4  # seeds are different realisations
+    again = price_variant(full, "hlm", conditions, profiles, VOCAB, 8, seed=5, fading_seeds=4)
+    pd.testing.assert_frame_equal(a, again)
 
 
 def test_variant_metrics_hand_built():
     table = _table(
         [
-            {"prompt_id": "a", "position": 0, "uploaded": True, "k": 10, "measured_tvd": 0.1},
+            {
+                "prompt_id": "a",
+                "position": 0,
+                "uploaded": True,
+                "k": 10,
+                "measured_tvd": 0.1,
+                "output_tvd": 0.04,
+            },
             {"prompt_id": "a", "position": 1, "skipped": True, "accept_prob": 0.9},
             {
                 "prompt_id": "a",
@@ -287,6 +389,7 @@ def test_variant_metrics_hand_built():
         "vocab_compression": 1 - 35.5 / VOCAB,
         "mean_k": 35.5,
         "measured_tvd_mean": 0.05,
+        "output_tvd_mean": 0.02,
         "acceptance_rate": 0.5,
         "interaction_rounds_per_answer": 1.0,
     }
@@ -315,7 +418,7 @@ def test_metrics_end_to_end_on_decoded_tables(tiny_target, tiny_draft_close):
             PROFILE,
             VOCAB,
             8,
-            np.random.default_rng(0),
+            token_gains(table, cond, base_seed=0),
             uses_uncertainty(variant),
         )
         assert delays.shape == (len(table),) and (delays > 0).all()

@@ -7,7 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from edgespec.wireless.delay import LatencyProfile, throughput_tokens_per_s, tokenwise_delays
+from edgespec.wireless.delay import (
+    LatencyProfile,
+    throughput_tokens_per_s,
+    tokenwise_delays,
+    topk_extraction_s,
+)
 from edgespec.wireless.payload import upload_bits
 
 PROFILE = LatencyProfile(
@@ -147,3 +152,53 @@ def test_profile_errors():
         LatencyProfile(0.01, 0.1, {"four": 0.1})
     with pytest.raises(ValueError, match="gamma >= 1"):
         LatencyProfile(0.01, 0.1, {0: 0.1})
+
+
+def test_device_seconds_are_added_per_token():
+    """device_s (k selection, top-k extraction) adds to every token it names, skipped or not."""
+    uploaded = np.array([True, False, True])
+    bits = np.array([1_000.0, 0.0, 1_000.0])
+    rates = np.array([1e6, 1e6, 1e6])
+    base = tokenwise_delays(uploaded, bits, rates, PROFILE, 0.0, True)
+    extra = np.array([0.004, 0.001, 0.0])
+    got = tokenwise_delays(uploaded, bits, rates, PROFILE, 0.0, True, device_s=extra)
+    np.testing.assert_allclose(got - base, extra, atol=1e-15)
+    scalar = tokenwise_delays(uploaded, bits, rates, PROFILE, 0.0, True, device_s=0.003)
+    np.testing.assert_allclose(scalar - base, 0.003)
+    with pytest.raises(ValueError, match="device_s"):
+        tokenwise_delays(uploaded, bits, rates, PROFILE, 0.0, True, device_s=-1.0)
+    with pytest.raises(ValueError, match="device"):
+        tokenwise_delays(
+            np.zeros(3, dtype=bool),
+            0.0,
+            1.0,
+            PROFILE,
+            0.0,
+            False,
+            uses_draft=False,
+            uses_target_always=True,
+            device_s=0.1,
+        )
+
+
+def test_topk_extraction_time_interpolates_in_log_k_and_never_decreases():
+    table = {1: 0.001, 16: 0.003, 256: 0.002, 4096: 0.009}
+    # The measured dip at 256 is noise: the table is made non-decreasing first.
+    assert topk_extraction_s(table, 1) == 0.001
+    assert topk_extraction_s(table, 4) == pytest.approx(0.002)  # halfway in log k
+    assert topk_extraction_s(table, 256) == pytest.approx(0.003)
+    assert topk_extraction_s(table, 1024) == pytest.approx(0.006)
+    assert topk_extraction_s(table, 10**6) == 0.009  # constant beyond the last size
+    got = topk_extraction_s(table, np.array([1, 16, 4096]))
+    np.testing.assert_allclose(got, [0.001, 0.003, 0.009])
+    assert topk_extraction_s({}, 50) == 0.0
+    with pytest.raises(ValueError, match=">= 1"):
+        topk_extraction_s(table, 0)
+    profile = LatencyProfile(0.01, 0.1, online_k_s=0.004, topk_s={"1": 0.001, "16": 0.003})
+    assert profile.topk_time(4) == pytest.approx(0.002)
+    restored = LatencyProfile.from_dict(json.loads(json.dumps(profile.to_dict())))
+    assert restored == profile and restored.online_k_s == 0.004
+    with pytest.raises(ValueError, match="integer k"):
+        LatencyProfile(0.01, 0.1, topk_s={"four": 0.1})
+    with pytest.raises(ValueError, match="online_k_s"):
+        LatencyProfile(0.01, 0.1, online_k_s=-1)

@@ -66,3 +66,19 @@ def test_bootstrap_with_a_custom_statistic():
     x = np.array([1.0, 2.0, 3.0, 100.0])
     iv = bootstrap_interval(x, np.random.default_rng(0), statistic=np.median, samples=200)
     assert iv.point == 2.5 and iv.low <= 2.5 <= iv.high
+
+
+def test_bootstrap_drops_resamples_where_the_statistic_is_undefined():
+    """A ratio whose resampled denominator is 0 is undefined on that resample, not everywhere."""
+    den = np.array([0.0, 0.0, 1.0])
+
+    def ratio(index):
+        idx = index.astype(int)
+        return den[idx].sum() / len(idx) if den[idx].sum() else np.nan
+
+    iv = bootstrap_interval(np.arange(3.0), np.random.default_rng(0), statistic=ratio, samples=400)
+    assert np.isfinite(iv.low) and np.isfinite(iv.high) and iv.low <= iv.high
+    never = bootstrap_interval(
+        np.arange(3.0), np.random.default_rng(0), statistic=lambda i: np.nan, samples=50
+    )
+    assert np.isnan(never.low) and np.isnan(never.high)

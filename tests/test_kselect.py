@@ -14,10 +14,13 @@ import pytest
 import torch
 
 from edgespec.cuhlm.calibration import LinearFit
+from edgespec.cuhlm.distortion import output_distortion_grid
+from edgespec.cuhlm.kcurves import BoundCurves, dense_bound_curves
 from edgespec.cuhlm.kselect import (
     InfeasibleBudgetError,
     _stdout_fd_silenced,
     beta_hat,
+    k_table,
     online_bound_denominator,
     online_k,
     optimize_k_star,
@@ -151,8 +154,9 @@ def test_provable_bound_holds_on_random_pairs():
     assert provable_bound(0.1, 0.5, 0.4) == pytest.approx(0.5)
 
 
-def synthetic_trace(n=240, vocab=64, seed=11):
-    """A standard-HLM calibration trace with every token transmitted (columns as the engine's)."""
+def synthetic_trace(n=240, vocab=64, seed=11, with_probs=False):
+    """A standard-HLM calibration trace with every token transmitted (columns as the engine's);
+    with ``with_probs`` also the draft distributions x [n, V] of its tokens."""
     grid = [1, 2, 4, 8, 16, 32, 64]
     gen = torch.Generator().manual_seed(seed)
     scale = 1.0 + 4.0 * torch.rand(n, 1, generator=gen, dtype=torch.float64)
@@ -165,6 +169,7 @@ def synthetic_trace(n=240, vocab=64, seed=11):
     u = (noisy.clamp(0, 1) * 20).round() / 20
     mass, nk = topk_mass_and_error(x, grid)
     tvd = resampling_distortion(x, y, grid)
+    otvd = output_distortion_grid(x, y, grid)
     x_d = x.gather(1, tokens.unsqueeze(1)).squeeze(1)
     y_d = y.gather(1, tokens.unsqueeze(1)).squeeze(1)
     frame = {
@@ -177,24 +182,36 @@ def synthetic_trace(n=240, vocab=64, seed=11):
     for i, k in enumerate(grid):
         frame[f"nk_{k}"] = nk[:, i].numpy()
         frame[f"tvd_{k}"] = tvd[:, i].numpy()
+        frame[f"otvd_{k}"] = otvd[:, i].numpy()
         frame[f"mass_{k}"] = mass[:, i].numpy()
+    if with_probs:
+        return pd.DataFrame(frame), grid, x
     return pd.DataFrame(frame), grid
 
 
-def brute_force_k_star(trace, grid, fit, theta, latency, thresholds, risk_budget=None):
-    """Enumerate (k, u_th) pairs; ties go to the smallest u_th, then the smallest k."""
+def brute_force_k_star(trace, grid, fit, theta, latency, thresholds, risk_budget=None, nk=None):
+    """Enumerate (k, u_th) pairs; ties go to the smallest u_th, then the smallest k. ``nk``
+    [n, len(grid)] replaces the trace's ``nk_{k}`` columns (e.g. every k)."""
     index_bits = math.ceil(math.log2(latency["vocab_size"]))
+    if nk is None:
+        nk = trace[[f"nk_{k}" for k in grid]].to_numpy()
+    b_all = np.clip(fit.a * trace["u"] + fit.b, 0, 1).to_numpy()
+    den_all = (1 - trace["x_d"].to_numpy()) * np.log1p(np.exp(-1)) + trace[
+        "x_d"
+    ].to_numpy() * np.log1p(np.exp(-b_all))
     best = None
-    for th, k in itertools.product(thresholds, grid):
-        tx = trace if th is None else trace[trace["u"] > th]
-        skipped = trace.iloc[0:0] if th is None else trace[trace["u"] <= th]
-        if risk_budget is not None and len(skipped) and skipped["beta"].mean() > risk_budget:
+    for th, (i, k) in itertools.product(thresholds, enumerate(grid)):
+        sent = np.ones(len(trace), bool) if th is None else (trace["u"] > th).to_numpy()
+        skipped = ~sent
+        if (
+            risk_budget is not None
+            and skipped.any()
+            and trace["beta"][skipped].mean() > risk_budget
+        ):
             continue
-        b = np.clip(fit.a * tx["u"] + fit.b, 0, 1)
-        den = (1 - tx["x_d"]) * np.log1p(np.exp(-1)) + tx["x_d"] * np.log1p(np.exp(-b))
-        if len(tx) and (tx[f"nk_{k}"] / den).mean() > theta:
+        if sent.any() and (nk[sent, i] / den_all[sent]).mean() > theta:
             continue
-        p_tx = len(tx) / len(trace)
+        p_tx = sent.mean()
         bits = k * (latency["prob_bits"] + index_bits)
         cost = (
             latency["draft_s"]
@@ -202,7 +219,7 @@ def brute_force_k_star(trace, grid, fit, theta, latency, thresholds, risk_budget
             + p_tx
             * (bits / latency["mean_uplink_rate_bps"] + latency["target_s"] + latency["rtt_s"])
         )
-        if best is None or cost < best[0]:
+        if best is None or cost < best[0] - 1e-15:
             best = (cost, k, th)
     return best
 
@@ -213,9 +230,18 @@ def mean_online_bounds(trace, grid, fit):
     return np.array([(trace[f"nk_{k}"] / den).mean() for k in grid])
 
 
+def curves_of(trace, grid, vocab_size=None):
+    return BoundCurves.from_trace(trace, grid, FIT, vocab_size=vocab_size)
+
+
 @pytest.fixture(scope="module")
 def trace_and_grid():
     return synthetic_trace()
+
+
+@pytest.fixture(scope="module")
+def trace_with_probs():
+    return synthetic_trace(with_probs=True)
 
 
 @pytest.mark.parametrize("u_th", [None, 0.1, 0.35])
@@ -223,20 +249,27 @@ def test_k_star_fixed_threshold_matches_enumeration(trace_and_grid, u_th):
     trace, grid = trace_and_grid
     bounds = mean_online_bounds(trace, grid, FIT)
     thetas = [bounds[i] * 1.01 for i in (1, 3, 5)] + [0.5 * (bounds[2] + bounds[3]), 1e9]
+    curves = curves_of(trace, grid)
     for theta in thetas:
-        solution = optimize_k_star(trace, grid, FIT, theta, LATENCY, u_th=u_th)
+        solution = optimize_k_star(curves, theta, LATENCY, u_th=u_th)
         cost, k, th = brute_force_k_star(trace, grid, FIT, theta, LATENCY, [u_th])
         assert (solution.k_star, solution.u_th) == (k, th)
         assert solution.objective_s == pytest.approx(cost, rel=1e-12)
         assert solution.status == "optimal" and solution.solver == "HIGHS"
         assert solution.slack["tvd"] >= -1e-9 and "risk" not in solution.slack
-    table = solution.table
+    table = k_table(trace, grid, FIT, u_th, theta, LATENCY, solution.k_star)
     assert table["k"].tolist() == grid
     assert table["chosen"].sum() == 1 and table.loc[table["chosen"], "k"].item() == k
     assert (table["provable_bound_holds_fraction"] == 1.0).all()
     assert table["payload_bits"].tolist() == [upload_bits(k, 64) for k in grid]
     assert table["expected_latency_s"].is_monotonic_increasing
     assert table.loc[table["k"] == 64, "mean_measured_tvd"].item() == pytest.approx(0, abs=1e-12)
+    assert table.loc[table["k"] == 64, "mean_output_tvd"].item() == pytest.approx(0, abs=1e-12)
+    sent = trace if u_th is None else trace[trace["u"] > u_th]
+    np.testing.assert_allclose(
+        table["mean_output_tvd"], [sent[f"otvd_{k}"].mean() for k in grid], rtol=1e-12
+    )
+    assert table["online_bound_holds_output_fraction"].between(0, 1).all()
 
 
 @pytest.mark.parametrize("rate_bps", [1e3, 1e6])
@@ -248,9 +281,10 @@ def test_k_star_joint_matches_enumeration(trace_and_grid, risk_budget, rate_bps)
     latency = dict(LATENCY, mean_uplink_rate_bps=rate_bps)
     u_grid = [-1.0, 0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.42, 0.5, 0.7]
     bounds = mean_online_bounds(trace, grid, FIT)
+    curves = curves_of(trace, grid)
     for theta in [bounds[1], bounds[3], 0.5 * (bounds[2] + bounds[3]), bounds[4], bounds[5]]:
         solution = optimize_k_star(
-            trace, grid, FIT, theta, latency, u_th_grid=u_grid, risk_budget=risk_budget
+            curves, theta, latency, u_th_grid=u_grid, risk_budget=risk_budget
         )
         cost, k, th = brute_force_k_star(trace, grid, FIT, theta, latency, u_grid, risk_budget)
         assert (solution.k_star, solution.u_th) == (k, th)
@@ -258,14 +292,86 @@ def test_k_star_joint_matches_enumeration(trace_and_grid, risk_budget, rate_bps)
         assert solution.slack["risk"] >= -1e-9 and solution.slack["tvd"] >= -1e-9
 
 
-def test_k_star_scipy_solver_agrees(trace_and_grid):
-    trace, grid = trace_and_grid
-    theta = mean_online_bounds(trace, grid, FIT)[3] * 1.01
-    kwargs = dict(u_th_grid=[0.0, 0.1, 0.2, 0.3], risk_budget=0.1)
-    highs = optimize_k_star(trace, grid, FIT, theta, LATENCY, **kwargs)
-    scipy = optimize_k_star(trace, grid, FIT, theta, LATENCY, solver="SCIPY", **kwargs)
-    assert scipy.solver == "SCIPY"
-    assert (scipy.k_star, scipy.u_th) == (highs.k_star, highs.u_th)
+def test_dense_curves_agree_with_the_grid_and_cover_every_k(trace_with_probs):
+    """Curves from the distributions themselves (every k) equal the trace's at grid k, never
+    increase with k, and the programme over every k equals enumeration over every k."""
+    trace, grid, x = trace_with_probs
+    chunks = [x[:100], x[100:101], x[101:]]  # rows arrive prompt by prompt
+    dense = dense_bound_curves(chunks, trace["u"], trace["x_d"], trace["beta"], FIT)
+    on_grid = curves_of(trace, grid)
+    assert dense.k_values.tolist() == list(range(1, 65)) and dense.vocab_size == 64
+    np.testing.assert_array_equal(dense.u_values, on_grid.u_values)
+    np.testing.assert_array_equal(dense.counts, on_grid.counts)
+    np.testing.assert_allclose(
+        dense.bound_sums[:, np.asarray(grid) - 1], on_grid.bound_sums, rtol=1e-9
+    )
+    for th in (None, 0.1, 0.3):
+        assert np.all(np.diff(dense.mean_bound(th)) <= 1e-12)
+    nk_every = reconstruction_errors_all_k(x).numpy()
+    every_k = list(range(1, 65))
+    bounds = dense.mean_bound(0.1)
+    # theta between two consecutive k that are not on the grid
+    theta = 0.5 * (bounds[10] + bounds[11])
+    solution = optimize_k_star(dense, theta, LATENCY, u_th=0.1)
+    cost, k, _ = brute_force_k_star(trace, every_k, FIT, theta, LATENCY, [0.1], nk=nk_every)
+    assert solution.k_star == k == 12 and 12 not in grid
+    assert solution.objective_s == pytest.approx(cost, rel=1e-12)
+    u_grid = [-1.0, 0.0, 0.1, 0.2, 0.3, 0.5]
+    for rate in (1e3, 1e5, 1e7):
+        latency = dict(LATENCY, mean_uplink_rate_bps=rate)
+        joint = optimize_k_star(dense, theta, latency, u_th_grid=u_grid, risk_budget=0.1)
+        cost, k, th = brute_force_k_star(
+            trace, every_k, FIT, theta, latency, u_grid, 0.1, nk=nk_every
+        )
+        assert (joint.k_star, joint.u_th) == (k, th)
+        assert joint.objective_s == pytest.approx(cost, rel=1e-12)
+    with pytest.raises(ValueError, match="rows"):
+        dense_bound_curves([x[:10]], trace["u"], trace["x_d"], trace["beta"], FIT)
+
+
+def test_joint_k_star_moves_with_the_rate_but_the_fixed_threshold_one_does_not(trace_with_probs):
+    """With a fixed threshold the objective only grows with k, so k* is the smallest k within
+    theta_tv at every rate (the paper's offline rule). The joint programme trades skipping
+    against payload: at a slow uplink it transmits the cheap low-u tokens too (they lower the
+    mean bound, so fewer entries suffice), at a fast one it skips as much as the risk budget
+    allows and pays more entries on the rest; k* moves with the rate."""
+    trace, _, x = trace_with_probs
+    dense = dense_bound_curves([x], trace["u"], trace["x_d"], trace["beta"], FIT)
+    nk_every = reconstruction_errors_all_k(x).numpy()
+    theta = float(dense.mean_bound(None)[3])
+    u_grid = [-1.0, *dense.u_values.tolist()]
+    rates = [1e2, 1e3, 1e4, 1e6, 1e9, 1e12]
+    fixed, joint = [], []
+    for rate in rates:
+        latency = dict(LATENCY, mean_uplink_rate_bps=rate)
+        fixed.append(optimize_k_star(dense, theta, latency, u_th=0.2).k_star)
+        solution = optimize_k_star(dense, theta, latency, u_th_grid=u_grid, risk_budget=0.05)
+        joint.append((solution.k_star, solution.u_th))
+        _, k, th = brute_force_k_star(
+            trace, list(range(1, 65)), FIT, theta, latency, u_grid, 0.05, nk=nk_every
+        )
+        assert joint[-1] == (k, th), rate
+    assert len(set(fixed)) == 1
+    (k_slow, u_slow), (k_fast, u_fast) = joint[0], joint[-1]
+    assert k_slow < k_fast and u_slow < u_fast, joint
+
+
+@pytest.mark.parametrize(("index", "rate"), [(5, 1e7), (7, 1e7), (10, 1e9)])
+def test_microsecond_differences_still_decide_k_star(trace_with_probs, index, rate):
+    """At fast uplinks neighbouring k differ in E[tau] by well under a microsecond, below the
+    solver's tolerances; the programme must still return the cheapest pair (enumeration)."""
+    trace, _, x = trace_with_probs
+    dense = dense_bound_curves([x], trace["u"], trace["x_d"], trace["beta"], FIT)
+    nk_every = reconstruction_errors_all_k(x).numpy()
+    theta = float(dense.mean_bound(None)[index])
+    u_grid = [-1.0, *dense.u_values.tolist()]
+    latency = dict(LATENCY, mean_uplink_rate_bps=rate)
+    solution = optimize_k_star(dense, theta, latency, u_th_grid=u_grid, risk_budget=0.1)
+    cost, k, th = brute_force_k_star(
+        trace, list(range(1, 65)), FIT, theta, latency, u_grid, 0.1, nk=nk_every
+    )
+    assert (solution.k_star, solution.u_th) == (k, th)
+    assert solution.objective_s == pytest.approx(cost, rel=1e-12)
 
 
 def small_trace():
@@ -286,18 +392,19 @@ def small_trace():
 def test_infeasible_budgets_name_the_binding_constraint():
     trace, grid = small_trace(), [1, 2]
     latency = dict(LATENCY, vocab_size=8)
+    curves = curves_of(trace, grid, vocab_size=8)
     with pytest.raises(InfeasibleBudgetError, match="theta_tv=0.01") as info:
-        optimize_k_star(trace, grid, FIT, 0.01, latency)
+        optimize_k_star(curves, 0.01, latency)
     assert info.value.constraint == "tvd" and "k=2" in str(info.value)
     joint = dict(u_th_grid=[0.0, 0.5])
     with pytest.raises(InfeasibleBudgetError, match="risk budget 0.01") as info:
-        optimize_k_star(trace, grid, FIT, 10.0, latency, risk_budget=0.01, **joint)
+        optimize_k_star(curves, 10.0, latency, risk_budget=0.01, **joint)
     assert info.value.constraint == "risk"
     with pytest.raises(InfeasibleBudgetError) as info:
-        optimize_k_star(trace, grid, FIT, 0.01, latency, risk_budget=0.01, **joint)
+        optimize_k_star(curves, 0.01, latency, risk_budget=0.01, **joint)
     assert info.value.constraint == "tvd+risk"
     with pytest.raises(InfeasibleBudgetError, match="risk budget") as info:
-        optimize_k_star(trace, grid, FIT, 10.0, latency, u_th=0.5, risk_budget=0.1)
+        optimize_k_star(curves, 10.0, latency, u_th=0.5, risk_budget=0.1)
     assert info.value.constraint == "risk"
     # Skipping nothing meets the risk budget but transmits the costly u = 0 tokens (mean bound
     # at k=2 about 0.48, 0.13 without them); skipping them meets the TVD budget but not the
@@ -305,34 +412,47 @@ def test_infeasible_budgets_name_the_binding_constraint():
     bounds = mean_online_bounds(trace, grid, FIT)
     assert bounds[1] > 0.3
     with pytest.raises(InfeasibleBudgetError, match="conflict") as info:
-        optimize_k_star(trace, grid, FIT, 0.3, latency, u_th_grid=[-1.0, 0.0], risk_budget=0.01)
+        optimize_k_star(curves, 0.3, latency, u_th_grid=[-1.0, 0.0], risk_budget=0.01)
     assert info.value.constraint == "joint"
     # ...and with a looser risk budget the same programme is feasible, skipping the u = 0 tokens
-    solution = optimize_k_star(
-        trace, grid, FIT, 0.3, latency, u_th_grid=[-1.0, 0.0], risk_budget=0.06
-    )
+    solution = optimize_k_star(curves, 0.3, latency, u_th_grid=[-1.0, 0.0], risk_budget=0.06)
     assert (solution.k_star, solution.u_th) == (2, 0.0)
 
 
 def test_invalid_arguments():
     trace, grid = small_trace(), [1, 2]
     latency = dict(LATENCY, vocab_size=8)
+    curves = curves_of(trace, grid, vocab_size=8)
     with pytest.raises(ValueError, match="risk_budget"):
-        optimize_k_star(trace, grid, FIT, 0.5, latency, u_th_grid=[0.0])
+        optimize_k_star(curves, 0.5, latency, u_th_grid=[0.0])
     with pytest.raises(KeyError, match="nk_4"):
-        optimize_k_star(trace, [1, 4], FIT, 0.5, latency)
+        curves_of(trace, [1, 4], vocab_size=8)
     with pytest.raises(ValueError, match="latency"):
-        optimize_k_star(trace, grid, FIT, 0.5, {"draft_s": 0.0})
+        optimize_k_star(curves, 0.5, {"draft_s": 0.0})
+    with pytest.raises(ValueError, match="vocab_size"):
+        optimize_k_star(curves, 0.5, dict(LATENCY, vocab_size=16))
 
 
 def test_skipping_everything_picks_the_smallest_k():
     trace, grid = small_trace(), [1, 2]
+    curves = curves_of(trace, grid, vocab_size=8)
     solution = optimize_k_star(
-        trace, grid, FIT, 0.0, dict(LATENCY, vocab_size=8), u_th_grid=[1.0], risk_budget=1.0
+        curves, 0.0, dict(LATENCY, vocab_size=8), u_th_grid=[1.0], risk_budget=1.0
     )
     assert (solution.k_star, solution.u_th) == (1, 1.0)
     assert solution.objective_s == pytest.approx(LATENCY["draft_s"] + LATENCY["uncertainty_s"])
-    assert solution.table["mean_online_bound"].isna().all()
+    table = k_table(trace, grid, FIT, 1.0, 0.0, dict(LATENCY, vocab_size=8), 1)
+    assert table["mean_online_bound"].isna().all()
+
+
+def test_topk_extraction_is_charged_in_the_objective(trace_and_grid):
+    """The device's top-k extraction enters E[tau] per transmitted token (none at k = |V|)."""
+    trace, grid = trace_and_grid
+    curves = curves_of(trace, grid)
+    plain = optimize_k_star(curves, 1e9, LATENCY)
+    costly = optimize_k_star(curves, 1e9, dict(LATENCY, topk_s={1: 0.25}))
+    assert plain.k_star == costly.k_star == 1
+    assert costly.objective_s - plain.objective_s == pytest.approx(0.25)
 
 
 def test_highs_banner_does_not_reach_stdout(capfd):
@@ -343,6 +463,6 @@ def test_highs_banner_does_not_reach_stdout(capfd):
         ctypes.CDLL(None).printf(b"buffered C banner\n")
     print("after")
     trace, grid = small_trace(), [1, 2]
-    optimize_k_star(trace, grid, FIT, 10.0, dict(LATENCY, vocab_size=8))
+    optimize_k_star(curves_of(trace, grid, vocab_size=8), 10.0, dict(LATENCY, vocab_size=8))
     print("k_star done")
     assert capfd.readouterr().out == "after\nk_star done\n"

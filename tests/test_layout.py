@@ -88,6 +88,8 @@ def test_imports_run_one_way(layer, forbidden):
     "module",
     [
         "edgespec.cuhlm.evaluate",
+        "edgespec.cuhlm.summary",
+        "edgespec.hardware",
         "edgespec.wisv.evaluate",
         "edgespec.wireless.channel",
         "edgespec.wireless.delay",

@@ -11,6 +11,7 @@ from edgespec.cuhlm.calibration import LinearFit
 from edgespec.cuhlm.kselect import online_k
 from edgespec.cuhlm.policies import (
     VARIANTS,
+    ExactTopKPolicy,
     FixedK,
     FullUpload,
     OnlineK,
@@ -18,6 +19,7 @@ from edgespec.cuhlm.policies import (
     ThresholdPolicy,
     build_policy,
 )
+from edgespec.decoding.compression import reconstruct_topk
 from edgespec.decoding.engine import DecodingConfig, UploadFull, generate_tokenwise
 
 VOCAB = 61
@@ -171,6 +173,8 @@ PARAMS = {
     "fit": FIT,
     "theta_tv": 0.25,
     "k_star": 16,
+    "u_th_joint": 0.3,
+    "k_joint": 9,
     "fixed_k": 4,
     "random_skip_rate": 0.3,
     "uncertainty_samples": 12,
@@ -192,12 +196,22 @@ def test_build_policy_maps_every_variant():
         "fixed_topk": (0.2, FixedK(4)),
         "cuhlm_offline": (0.2, FixedK(16)),
         "cuhlm_online": (0.2, OnlineK(FIT, 0.25)),
+        "cuhlm_exact": (0.2, FixedK(16)),
+        "cuhlm_joint": (0.3, FixedK(9)),
     }
+    _, probs, _ = _inputs(3)
     for variant, (u_th, rule) in expected.items():
         policy = build_policy(variant, PARAMS)
         assert isinstance(policy, ThresholdPolicy), variant
         assert policy.u_th == u_th and policy.k_rule == rule, variant
         assert policy.uncertainty_samples == 12 and policy.uncertainty_theta_max == 1.5
+        # Only cuhlm_exact draws d from something other than x: the x_hat it uploads.
+        drawn = policy.sampling_distribution(None, probs)
+        if variant == "cuhlm_exact":
+            assert isinstance(policy, ExactTopKPolicy)
+            torch.testing.assert_close(drawn, reconstruct_topk(probs, 16))
+        else:
+            assert drawn is probs
     assert set(VARIANTS) == {"llm_only", "slm_only", "hlm", "random_skip", *expected}
 
 

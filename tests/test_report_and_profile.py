@@ -6,35 +6,67 @@ import math
 
 import pandas as pd
 import pytest
+import torch
 
 from edgespec.config import ConfigError, channel_conditions, validate_config, wisv_channels
-from edgespec.profiling import measure_latency_profile
-from edgespec.report import markdown_table, paper_comparison, wisv_comparison, wisv_relative
+from edgespec.hardware import HardwareSpec, roofline_profile
+from edgespec.profiling import measure_latency_profile, measure_vocabulary_operations, topk_ladder
+from edgespec.report import (
+    headline_table,
+    markdown_table,
+    paper_comparison,
+    wisv_comparison,
+    wisv_relative,
+)
 from edgespec.wireless.delay import LatencyProfile
 
 
 def test_paper_comparison_reads_the_named_condition():
-    summary = pd.DataFrame(
-        [
-            {
-                "variant": "cuhlm_online",
-                "channel": "rayleigh_snr10",
-                "throughput_gain": 12.5,
-                "skip_rate": 0.5,
-                "vocab_compression": 0.99,
-                "relative_semantic_accuracy": 0.97,
-            },
-        ]
-    )
-    table = paper_comparison(summary)
-    row = table[
+    def row(profile, gain, lo, hi):
+        return {
+            "variant": "cuhlm_online",
+            "channel": "rayleigh_snr10",
+            "profile": profile,
+            "throughput_gain": gain,
+            "throughput_gain_lo": lo,
+            "throughput_gain_hi": hi,
+            "skip_rate": 0.5,
+            "skip_rate_lo": 0.4,
+            "skip_rate_hi": 0.6,
+            "vocab_compression": 0.99,
+            "relative_semantic_accuracy": 0.97,
+        }
+
+    summary = pd.DataFrame([row("primary", 12.5, 10.0, 20.0), row("paper_hw", 150.0, 90.0, 300.0)])
+    profiles = {"primary": "measured", "paper_hw": "paper hardware"}
+    table = paper_comparison(summary, profiles)
+    gain = table[
         (table["metric"] == "token throughput vs standard HLM")
         & (table["our_channel"] == "rayleigh_snr10")
     ].iloc[0]
-    assert row["ours"] == "12.5x" and row["paper_value"] == "206x"
-    assert table[table["metric"] == "uploads skipped"].iloc[0]["ours"] == "50.0%"
+    assert gain["ours (measured)"] == "12.5x [10, 20]" and gain["paper_value"] == "206x"
+    assert gain["ours (paper hardware)"] == "150x [90, 300]"
+    skipped = table[table["metric"] == "uploads skipped"].iloc[0]
+    assert skipped["ours (measured)"] == skipped["ours (paper hardware)"] == "50.0% [40, 60]"
     missing = table[table["our_channel"] == "rayleigh_snr-20"].iloc[0]
-    assert missing["ours"] == "n/a"
+    assert missing["ours (measured)"] == "n/a"
+    headline = headline_table(summary, profiles)
+    assert list(headline.columns) == [
+        "metric",
+        "paper",
+        "ours",
+        "ours_lo",
+        "ours_hi",
+        "unit",
+        "where",
+    ]
+    gains = headline[headline["metric"] == "CU-HLM: token throughput vs standard HLM"]
+    assert len(gains) == 4  # two paper numbers, each under both profiles
+    online = gains[gains["where"] == "cuhlm_online, rayleigh_snr10, paper hardware"].iloc[0]
+    assert (online["ours"], online["ours_lo"], online["ours_hi"]) == (150.0, 90.0, 300.0)
+    skip = headline[headline["metric"] == "CU-HLM: uploads skipped"]
+    assert len(skip) == 1 and skip.iloc[0]["ours"] == pytest.approx(50.0)
+    assert skip.iloc[0]["unit"] == "%" and skip.iloc[0]["paper"] == 74.8
 
 
 def test_wisv_relative_and_comparison_hand_case():
@@ -102,3 +134,38 @@ def test_latency_profile_is_measured_on_tiny_models(tiny_target, tiny_draft_clos
     parsed = LatencyProfile.from_dict(profile)
     assert parsed.draft_token_s > 0 and parsed.target_token_s > 0 and parsed.uncertainty_s > 0
     assert parsed.target_verify(4) > 0 and profile["machine"]["repeats"] == 3
+    # The device's CU-HLM vocabulary work, timed on the real |V| = 61 distribution.
+    assert parsed.online_k_s > 0
+    assert list(parsed.topk_s) == topk_ladder(61) == [1, 4, 16, 60]
+    assert all(s > 0 for s in parsed.topk_s.values())
+
+
+def test_vocabulary_operations_are_timed_on_the_given_distribution():
+    probs = torch.softmax(torch.randn(1, 1000, generator=torch.Generator().manual_seed(0)), -1)
+    timed = measure_vocabulary_operations(probs, torch.tensor([3]), repeats=2)
+    assert set(timed) == {"online_k_s", "topk_s"}
+    assert [int(k) for k in timed["topk_s"]] == [1, 4, 16, 64, 256, 999]
+    with pytest.raises(ValueError, match="one distribution"):
+        measure_vocabulary_operations(probs.expand(2, 1000), torch.tensor([3, 4]), repeats=1)
+
+
+def test_paper_hardware_profile_is_the_roofline_of_the_stated_figures():
+    spec = HardwareSpec.from_dict(validate_config({})["latency"]["paper_hardware"])
+    profile, derivation = roofline_profile(
+        spec, vocab_size=32000, uncertainty_samples=20, gammas=[4]
+    )
+    # TinyLlama-1.1B in fp16 over 204.8 GB/s; Llama-2-7B in fp16 over 1555 GB/s.
+    assert profile.draft_token_s == pytest.approx(1.1e9 * 2 / 204.8e9)
+    assert profile.target_token_s == pytest.approx(6.74e9 * 2 / 1555e9)
+    assert 1e3 * profile.draft_token_s == pytest.approx(10.74, abs=0.01)
+    assert 1e3 * profile.target_token_s == pytest.approx(8.67, abs=0.01)
+    assert profile.target_verify(4) == profile.target_token_s
+    one_pass = 32000 * 4 / 204.8e9
+    assert profile.uncertainty_s == pytest.approx(20 * one_pass)
+    assert profile.online_k_s == pytest.approx((15 + 3) * one_pass)
+    assert profile.topk_time(7) == pytest.approx(one_pass)
+    assert profile.source == "paper_hardware" and derivation["draft_bytes"] == 2.2e9
+    with pytest.raises(ValueError, match="unknown"):
+        HardwareSpec.from_dict({**spec.__dict__, "clock_ghz": 1.0})
+    with pytest.raises(ValueError, match="device_bandwidth_gb_s"):
+        HardwareSpec.from_dict({**spec.__dict__, "device_bandwidth_gb_s": 0})

@@ -26,6 +26,7 @@ COMPARED = [
     "results/cuhlm/calibration/fit.json",
     "results/cuhlm/calibration/kstar.json",
     "results/report/cuhlm_summary.csv",
+    "results/report/cuhlm_headline.csv",
     "results/report/wisv_summary.csv",
 ]
 
@@ -129,13 +130,48 @@ def test_smoke_run_reports_every_variant(smoke_run):
     cuhlm = pd.read_csv(smoke_run / "results/report/cuhlm_summary.csv")
     assert set(cuhlm["variant"]) == set(CUHLM_VARIANTS)
     assert set(cuhlm["channel"]) == {"rayleigh_snr-20", "rayleigh_snr10"}
+    assert set(cuhlm["profile"]) == {"primary", "paper_hw"}
+    assert len(cuhlm) == len(CUHLM_VARIANTS) * 2 * 2
     hlm = cuhlm[cuhlm["variant"] == "hlm"]
     assert np.allclose(hlm["throughput_gain"], 1.0)
+    # Every delay figure is a median over the configured fading seeds with its interval.
+    assert (cuhlm["fading_seeds"] == 20).all()
+    for column in ("throughput_tps", "throughput_gain", "end_to_end_latency_s", "skip_rate"):
+        point, low, high = (cuhlm[c] for c in (column, f"{column}_lo", f"{column}_hi"))
+        assert ((low <= point + 1e-12) & (point <= high + 1e-12)).all(), column
+    online = cuhlm[(cuhlm["variant"] == "cuhlm_online") & (cuhlm["profile"] == "primary")]
+    assert (online["throughput_tps_lo"] < online["throughput_tps_hi"]).all()
+    exact = cuhlm[cuhlm["variant"] == "cuhlm_exact"]
+    assert (exact["output_tvd_mean"] < 1e-6).all()
+    headline = pd.read_csv(smoke_run / "results/report/cuhlm_headline.csv")
+    assert list(headline.columns) == [
+        "metric",
+        "paper",
+        "ours",
+        "ours_lo",
+        "ours_hi",
+        "unit",
+        "where",
+    ]
+    assert {206.0, 1014.0} <= set(headline["paper"])
+    joint = pd.read_csv(smoke_run / "results/cuhlm/calibration/joint_kstar.csv")
+    assert set(joint["channel"]) == {"rayleigh_snr-20", "rayleigh_snr10"}
+    assert joint["decoded"].sum() == 1
+    kstar = read_json(smoke_run / "results/cuhlm/calibration/kstar.json")
+    assert (
+        kstar["joint"]["channel"] == "rayleigh_snr10"
+        and kstar["replay"]["mean_abs_x_d_diff"] < 1e-4
+    )
+    markdown = (smoke_run / "results/report/cuhlm_summary.md").read_text()
+    for text in ("cuhlm_exact", "cuhlm_joint", "emulated paper hardware", "Joint k* and u_th"):
+        assert text in markdown, text
     wisv = pd.read_csv(smoke_run / "results/report/wisv_summary.csv")
     assert set(wisv["variant"]) == set(WISV_VARIANTS)
     assert set(wisv["channel"]) == {"poor", "good"}
     for name in (
         "cuhlm_throughput_vs_snr",
+        "cuhlm_gain_vs_snr",
+        "cuhlm_joint_kstar_vs_snr",
         "cuhlm_accuracy_vs_throughput",
         "cuhlm_k_distribution",
         "cuhlm_skip_vs_threshold",

@@ -78,7 +78,9 @@ def bootstrap_interval(
     """``statistic`` (default: the mean) of per-prompt ``values`` with a percentile bootstrap
     interval: ``samples`` resamples of the prompts with replacement, drawn from ``rng``.
 
-    NaNs are dropped first (a prompt without a gold answer has no exact match).
+    NaNs are dropped first (a prompt without a gold answer has no exact match), and so are
+    resamples where ``statistic`` is undefined (NaN, e.g. a ratio whose resampled denominator is
+    0); the interval is NaN when every resample is.
     """
     level = _check_level(level)
     if not isinstance(rng, np.random.Generator):
@@ -96,6 +98,9 @@ def bootstrap_interval(
         point = float(statistic(x))
         idx = rng.integers(0, x.size, size=(int(samples), x.size))
         draws = np.array([statistic(x[row]) for row in idx], dtype=float)
+    draws = draws[np.isfinite(draws)]
+    if draws.size == 0:
+        return Interval(point, math.nan, math.nan, level)
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(draws, [tail, 1.0 - tail])
     return Interval(point, float(low), float(high), level)

@@ -53,60 +53,152 @@ def beta_vs_u(u, beta, bins: pd.DataFrame, a: float, b: float, path, subtitle=No
     _save(fig, path)
 
 
-def bound_vs_k(table: pd.DataFrame, theta_tv: float, k_star: int, path, subtitle=None) -> None:
-    """Average online TVD bound and measured TVD against k (log-log), with theta and k*."""
+def bound_vs_k(
+    table: pd.DataFrame,
+    theta_tv: float,
+    k_star: int,
+    path,
+    subtitle=None,
+    dense_k=None,
+    dense_bound=None,
+) -> None:
+    """Average online TVD bound (every k when ``dense_k``/``dense_bound`` are given, and on the
+    trace grid), measured residual and output TVD against k (log-log), with theta and k*."""
     fig, ax = plt.subplots(figsize=(6, 4))
     t = table[table["k"] < table["k"].max()]
-    ax.plot(t["k"], t["mean_online_bound"], "o-", label="mean online bound")
-    ax.plot(t["k"], t["mean_measured_tvd"], "s-", label="mean measured TVD")
+    if dense_k is not None and dense_bound is not None:
+        keep = np.asarray(dense_bound) > 0
+        ax.plot(
+            np.asarray(dense_k)[keep],
+            np.asarray(dense_bound)[keep],
+            "-",
+            lw=1,
+            color="C0",
+            label="mean online bound, every k",
+        )
+    ax.plot(t["k"], t["mean_online_bound"], "o", color="C0", label="mean online bound (grid)")
+    ax.plot(t["k"], t["mean_measured_tvd"], "s-", color="C1", label=r"mean TVD($r, \hat r$)")
+    if "mean_output_tvd" in t:
+        ax.plot(t["k"], t["mean_output_tvd"], "^-", color="C2", label=r"mean TVD($\hat y, y$)")
     ax.axhline(theta_tv, color="grey", ls="--", label=rf"$\theta_{{tv}}$ = {theta_tv:g}")
     ax.axvline(k_star, color="C3", ls=":", label=f"k* = {k_star}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("k (entries uploaded)")
     ax.set_ylabel("TVD")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     _subtitle(ax, subtitle)
     _save(fig, path)
 
 
-def throughput_vs_snr(summary: pd.DataFrame, path, subtitle=None) -> None:
-    """Token throughput per variant against SNR, one panel per fading model (log y)."""
+def _band_panels(summary, column, profiles, ylabel, path, subtitle, reference_line=None):
+    """One panel per (profile, fading): ``column`` per variant against SNR, median line and a
+    shaded ``column_lo``..``column_hi`` band (log y)."""
     fadings = sorted(summary["fading"].unique())
-    fig, axes = plt.subplots(1, len(fadings), figsize=(5.5 * len(fadings), 4), squeeze=False)
-    for ax, fading in zip(axes[0], fadings, strict=True):
-        part = summary[summary["fading"] == fading]
-        for variant, rows in part.groupby("variant", sort=False):
-            rows = rows.sort_values("snr_db")
-            ax.plot(rows["snr_db"], rows["throughput_tps"], "o-", ms=3, label=variant)
-        ax.set_yscale("log")
-        ax.set_xlabel("average SNR (dB)")
-        ax.set_ylabel("token throughput (tokens/s)")
-        ax.set_title(fading, fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-    axes[0][-1].legend(fontsize=7, loc="best")
+    fig, axes = plt.subplots(
+        len(profiles),
+        len(fadings),
+        figsize=(5.5 * len(fadings), 3.8 * len(profiles)),
+        squeeze=False,
+    )
+    variants = list(dict.fromkeys(summary["variant"]))
+    colours = {v: f"C{i % 10}" for i, v in enumerate(variants)}
+    styles = {v: ("-" if i < 10 else "--") for i, v in enumerate(variants)}
+    for r, (profile, label) in enumerate(profiles.items()):
+        for c, fading in enumerate(fadings):
+            ax = axes[r][c]
+            part = summary[(summary["fading"] == fading) & (summary["profile"] == profile)]
+            for variant, rows in part.groupby("variant", sort=False):
+                rows = rows.sort_values("snr_db")
+                ax.plot(
+                    rows["snr_db"],
+                    rows[column],
+                    styles[variant],
+                    marker="o",
+                    ms=3,
+                    color=colours[variant],
+                    label=variant,
+                )
+                ax.fill_between(
+                    rows["snr_db"],
+                    rows[f"{column}_lo"],
+                    rows[f"{column}_hi"],
+                    color=colours[variant],
+                    alpha=0.15,
+                    lw=0,
+                )
+            if reference_line is not None:
+                ax.axhline(reference_line, color="grey", lw=0.8, ls=":")
+            ax.set_yscale("log")
+            ax.set_xlabel("average SNR (dB)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{fading}; {label}", fontsize=9)
+            ax.grid(alpha=0.3, which="both")
+    axes[0][-1].legend(fontsize=6, loc="best")
     if subtitle:
         fig.suptitle(subtitle, fontsize=9)
     _save(fig, path)
 
 
+def throughput_vs_snr(summary: pd.DataFrame, path, profiles: dict, subtitle=None) -> None:
+    """Token throughput per variant against SNR: median over fading seeds with its interval as
+    a band, one panel per latency profile and fading model (log y)."""
+    _band_panels(summary, "throughput_tps", profiles, "token throughput (tokens/s)", path, subtitle)
+
+
+def gain_vs_snr(summary: pd.DataFrame, path, profiles: dict, subtitle=None) -> None:
+    """Throughput gain over HLM (same fading draws) per variant against SNR, median and band."""
+    _band_panels(
+        summary, "throughput_gain", profiles, "throughput gain over HLM", path, subtitle, 1.0
+    )
+
+
 def accuracy_vs_throughput(rows: pd.DataFrame, channel: str, path, subtitle=None) -> None:
-    """Semantic accuracy relative to HLM against throughput gain, one point per variant."""
+    """Semantic accuracy relative to HLM (bootstrap interval over prompts) against throughput
+    gain (interval over fading seeds), one point per variant."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for _, row in rows.iterrows():
-        ax.scatter(row["throughput_gain"], row["relative_semantic_accuracy"], s=30)
-        ax.annotate(
-            row["variant"],
-            (row["throughput_gain"], row["relative_semantic_accuracy"]),
-            fontsize=7,
-            xytext=(3, 3),
-            textcoords="offset points",
-        )
+    for i, (_, row) in enumerate(rows.iterrows()):
+        x, y = row["throughput_gain"], row["relative_semantic_accuracy"]
+        xerr = [[max(x - row["throughput_gain_lo"], 0)], [max(row["throughput_gain_hi"] - x, 0)]]
+        yerr = [
+            [max(y - row["relative_semantic_accuracy_lo"], 0)],
+            [max(row["relative_semantic_accuracy_hi"] - y, 0)],
+        ]
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", ms=4, capsize=2, color=f"C{i % 10}")
+        ax.annotate(row["variant"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.axhline(1.0, color="grey", ls="--", lw=0.8)
     ax.set_xlabel(f"throughput gain over HLM ({channel})")
     ax.set_ylabel("semantic accuracy relative to HLM")
     _subtitle(ax, subtitle)
+    _save(fig, path)
+
+
+def joint_kstar_vs_snr(
+    table: pd.DataFrame, offline_k: int, decoded_channel: str, path, subtitle=None
+) -> None:
+    """The joint programme's k* and u_th against SNR, one line per fading model; the offline
+    k* (fixed threshold, rate-independent) as a reference and the decoded condition marked."""
+    fig, (ax_k, ax_u) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, (fading, rows) in enumerate(table.groupby("fading", sort=True)):
+        rows = rows.sort_values("snr_db")
+        ax_k.plot(rows["snr_db"], rows["k_star"], "o-", ms=3, color=f"C{i}", label=fading)
+        ax_u.plot(rows["snr_db"], rows["u_th"], "o-", ms=3, color=f"C{i}", label=fading)
+        mark = rows[rows["channel"] == decoded_channel]
+        if len(mark):
+            ax_k.plot(mark["snr_db"], mark["k_star"], "*", ms=12, color=f"C{i}")
+            ax_u.plot(mark["snr_db"], mark["u_th"], "*", ms=12, color=f"C{i}")
+    ax_k.axhline(offline_k, color="grey", ls=":", label=f"offline k* = {offline_k}")
+    ax_k.set_yscale("log")
+    ax_k.set_xlabel("average SNR (dB)")
+    ax_k.set_ylabel("joint k*")
+    ax_k.legend(fontsize=7)
+    ax_u.set_xlabel("average SNR (dB)")
+    ax_u.set_ylabel(r"joint $u_{th}$")
+    ax_u.legend(fontsize=7)
+    ax_k.set_title(f"star: decoded as cuhlm_joint ({decoded_channel})", fontsize=8)
+    if subtitle:
+        fig.suptitle(subtitle, fontsize=9)
     _save(fig, path)
 
 

@@ -1,8 +1,11 @@
 """Measured compute-time profile of a model pair on the machine running the workflow (methods §5).
 
 One stream (batch 1), as one device would run it: draft time per token, target time per
-token, target time for one verification forward over gamma+1 tokens, and the time of the
-uncertainty estimate. Each quantity gets one warm-up and the median of ``repeats`` timings.
+token, target time for one verification forward over gamma+1 tokens, the time of the
+uncertainty estimate and, on the draft's real distribution over the full vocabulary, the
+device's CU-HLM vocabulary work (:func:`measure_vocabulary_operations`: the online k(t)
+selection and top-k extraction at a ladder of k). Each quantity gets one warm-up and the
+median of ``repeats`` timings.
 """
 
 from __future__ import annotations
@@ -16,7 +19,13 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from edgespec.cuhlm.calibration import LinearFit
+from edgespec.cuhlm.kselect import online_k
 from edgespec.decoding.uncertainty import perturbation_uncertainty
+
+NOMINAL_FIT = LinearFit(a=0.8, b=-0.06, r2=float("nan"), pearson_r=float("nan"), n=0)
+"""The calibration fit the online k(t) selection is timed with: its work (one sort of x, a
+prefix sum and one batched search over every k) does not depend on the fit's values."""
 
 
 def _sync() -> None:
@@ -78,11 +87,15 @@ def measure_latency_profile(
         lambda: perturbation_uncertainty(logits, token, uncertainty_samples, theta_max, generator),
         repeats,
     )
+    vocabulary = measure_vocabulary_operations(
+        torch.softmax(logits.to(torch.float32), -1), token, repeats
+    )
     return {
         "draft_token_s": draft_token_s,
         "target_token_s": target_token_s,
         "target_verify_s": verify,
         "uncertainty_s": uncertainty_s,
+        **vocabulary,
         "source": "measured",
         "machine": {
             "processor": platform.processor() or platform.machine(),
@@ -93,3 +106,35 @@ def measure_latency_profile(
             "repeats": repeats,
         },
     }
+
+
+def topk_ladder(vocab_size: int) -> list[int]:
+    """Upload sizes the top-k extraction is timed at: 1, powers of 4 below |V|, and |V| - 1."""
+    sizes = {1, vocab_size - 1}
+    k = 4
+    while k < vocab_size:
+        sizes.add(k)
+        k *= 4
+    return sorted(s for s in sizes if 1 <= s < vocab_size)
+
+
+def measure_vocabulary_operations(
+    probs: torch.Tensor, token: torch.Tensor, repeats: int, theta_tv: float = 0.1
+) -> dict:
+    """Median times [s] of the device's per-token CU-HLM work on one real distribution x
+    (``probs`` [1, V], batch 1): ``online_k_s``, one online k(t) selection
+    (:func:`edgespec.cuhlm.kselect.online_k` over every k, timed with :data:`NOMINAL_FIT`), and
+    ``topk_s``, k -> one ``torch.topk`` extraction of k values and indices, at the sizes of
+    :func:`topk_ladder`."""
+    if probs.dim() != 2 or probs.shape[0] != 1:
+        raise ValueError(f"probs must be one distribution [1, V], got {tuple(probs.shape)}")
+    vocab = probs.shape[-1]
+    u = torch.full((1,), 0.5)
+    online_k_s = _median_time(
+        lambda: online_k(probs, token.view(1), u, NOMINAL_FIT, theta_tv), repeats
+    )
+    topk_s = {
+        str(k): _median_time(lambda k=k: torch.topk(probs, k, dim=-1), repeats)
+        for k in topk_ladder(vocab)
+    }
+    return {"online_k_s": online_k_s, "topk_s": topk_s}

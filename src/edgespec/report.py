@@ -108,34 +108,97 @@ CUHLM_REFERENCES = (
 )
 
 
+PROFILE_DEPENDENT = ("throughput_gain", "latency_ratio", "end_to_end_latency_ratio")
+"""Summary columns that change with the latency profile (the others come from the decoded
+tables and the text scores alone)."""
+
+
 def _fmt(value: float, unit: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     return f"{value:.3g}x" if unit == "x" else f"{100 * value:.1f}%"
 
 
-def paper_comparison(summary: pd.DataFrame, references=CUHLM_REFERENCES) -> pd.DataFrame:
-    """One row per reference number: the paper's value and ours on the same definition.
+def _fmt_interval(point: float, low: float, high: float, unit: str) -> str:
+    text = _fmt(point, unit)
+    if text == "n/a" or not (math.isfinite(low) and math.isfinite(high)):
+        return text
+    scale = 1.0 if unit == "x" else 100.0
+    return f"{text} [{low * scale:.3g}, {high * scale:.3g}]"
 
-    ``summary`` has one row per (variant, channel) with the referenced columns. Where the
+
+def _reference_rows(summary: pd.DataFrame, ref: PaperNumber, profile: str) -> pd.DataFrame:
+    return summary[
+        (summary["variant"] == ref.variant)
+        & (summary["channel"] == ref.channel)
+        & (summary["profile"] == profile)
+    ]
+
+
+def _value(match: pd.DataFrame, column: str) -> tuple[float, float, float]:
+    if not len(match) or column not in match:
+        return math.nan, math.nan, math.nan
+    row = match.iloc[0]
+    low = row.get(f"{column}_lo", math.nan)
+    high = row.get(f"{column}_hi", math.nan)
+    return float(row[column]), float(low), float(high)
+
+
+def paper_comparison(
+    summary: pd.DataFrame, profiles: dict[str, str], references=CUHLM_REFERENCES
+) -> pd.DataFrame:
+    """One row per reference number: the paper's value and ours on the same definition, with
+    its interval, in one column per latency profile (``profiles``: id -> column label).
+
+    ``summary`` has one row per (variant, channel, profile) with ``<column>``,
+    ``<column>_lo`` and ``<column>_hi`` (``edgespec.cuhlm.summary.summary_table``). Where the
     paper's condition is not in the sweep, the nearest is not substituted: the row says n/a.
+    Figures that do not depend on the profile read the same in every column.
     """
     rows = []
     for ref in references:
-        match = summary[(summary["variant"] == ref.variant) & (summary["channel"] == ref.channel)]
-        ours = float(match[ref.column].iloc[0]) if len(match) and ref.column in match else math.nan
         paper = f"{ref.value:g}x" if ref.unit == "x" else f"{ref.value:g}%"
-        rows.append(
-            {
-                "paper": ref.paper,
-                "metric": ref.metric,
-                "paper_value": paper,
-                "paper_condition": ref.condition,
-                "ours": _fmt(ours, ref.unit),
-                "our_variant": ref.variant,
-                "our_channel": ref.channel,
-            }
-        )
+        row = {
+            "paper": ref.paper,
+            "metric": ref.metric,
+            "paper_value": paper,
+            "paper_condition": ref.condition,
+        }
+        for profile, label in profiles.items():
+            match = _reference_rows(summary, ref, profile)
+            row[f"ours ({label})"] = _fmt_interval(*_value(match, ref.column), ref.unit)
+        row.update({"our_variant": ref.variant, "our_channel": ref.channel})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def headline_table(
+    summary: pd.DataFrame, profiles: dict[str, str], references=CUHLM_REFERENCES
+) -> pd.DataFrame:
+    """The README's headline numbers: ``metric, paper, ours, ours_lo, ours_hi, unit, where``,
+    one row per reference number, and per latency profile for the profile-dependent ones.
+    ``ours`` is the median over fading seeds (delay figures) or the point estimate over the
+    evaluation prompts, ``ours_lo``/``ours_hi`` its interval; percentages are in percent."""
+    rows = []
+    for ref in references:
+        dependent = ref.column in PROFILE_DEPENDENT
+        for profile, label in profiles.items() if dependent else list(profiles.items())[:1]:
+            point, low, high = _value(_reference_rows(summary, ref, profile), ref.column)
+            scale = 1.0 if ref.unit == "x" else 100.0
+            where = f"{ref.variant}, {ref.channel}"
+            if dependent:
+                where += f", {label}"
+            rows.append(
+                {
+                    "metric": f"{ref.paper}: {ref.metric}",
+                    "paper": ref.value,
+                    "ours": point * scale,
+                    "ours_lo": low * scale,
+                    "ours_hi": high * scale,
+                    "unit": ref.unit,
+                    "where": where,
+                }
+            )
     return pd.DataFrame(rows)
 
 

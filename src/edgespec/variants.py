@@ -11,6 +11,8 @@ CUHLM_VARIANTS = (
     "fixed_topk",
     "cuhlm_offline",
     "cuhlm_online",
+    "cuhlm_exact",
+    "cuhlm_joint",
 )
 SINGLE_MODEL_VARIANTS = ("llm_only", "slm_only")
 """Variants decoded with one model only (no policy)."""
@@ -21,9 +23,22 @@ UNCERTAINTY_VARIANTS = (
     "fixed_topk",
     "cuhlm_offline",
     "cuhlm_online",
+    "cuhlm_exact",
+    "cuhlm_joint",
 )
 """Variants whose device computes u(t) to decide; their per-token delay includes tau_unc.
 (``hlm`` may compute u too, to record it for analysis; the device does not need it, so it is
 not charged.)"""
+
+TOPK_VARIANTS = ("fixed_topk", "cuhlm_offline", "cuhlm_online", "cuhlm_exact", "cuhlm_joint")
+"""Variants whose device extracts the top-k of x for an upload with k < |V|; each such upload
+is charged the measured top-k extraction time."""
+
+ONLINE_K_VARIANTS = ("cuhlm_online",)
+"""Variants whose device selects k(t) per uploaded token (charged the measured selection time)."""
+
+RECONSTRUCTION_SAMPLING_VARIANTS = ("cuhlm_exact",)
+"""Variants whose device draws d(t) from the top-k reconstruction x_hat it would upload, so it
+builds x_hat for every token, skipped or not (charged one top-k extraction per token)."""
 
 WISV_VARIANTS = ("vanilla_sd", "topk_accept", "head_no_csi", "wisv_fh", "wisv_sh")

@@ -99,10 +99,6 @@ def dataset_spec(wildcards):
     return config["data"]["datasets"][wildcards.dataset]
 
 
-def channel_condition(wildcards):
-    return CHANNELS[wildcards.channel]
-
-
 def _wisv_decode_path(wildcards, ext):
     """wisv_fh and wisv_sh make the same decisions: one 'wisv' decode per channel serves both."""
     if wildcards.wvariant in CSI_VARIANTS:

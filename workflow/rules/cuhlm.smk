@@ -27,14 +27,19 @@ rule fit_calibration:
 
 
 rule optimize_k:
-    """Offline k* by a mixed-integer programme in cvxpy (methods §3.4)."""
+    """Offline k* over every k in [1, |V|] and the joint (u_th, k) programme per channel, by
+    mixed-integer programmes in cvxpy (methods §3.4)."""
     input:
         tokens=trace_tables(),
         fit="results/cuhlm/calibration/fit.json",
         profile="results/latency/profile.json",
+        prompts=eval_prompt_files(),
+        provenance=model_provenance(),
+        precision=PRECISION,
     output:
         kstar="results/cuhlm/calibration/kstar.json",
         table="results/cuhlm/calibration/k_table.csv",
+        joint="results/cuhlm/calibration/joint_kstar.csv",
         figure=report(
             "results/cuhlm/calibration/bound_vs_k.png",
             caption="../report/bound_vs_k.rst",
@@ -47,13 +52,17 @@ rule optimize_k:
         "benchmarks/optimize_k.tsv"
     conda:
         "../envs/edgespec.yaml"
-    threads: 1
+    threads: MODEL_THREADS
     resources:
-        mem_mb=4000,
-        runtime=10,
+        mem_mb=16000,
+        runtime=30,
     params:
         cuhlm=config["cuhlm"],
-        reference_channel=CHANNELS[config["cuhlm"]["kstar_channel"]],
+        channels=CHANNELS,
+        model_dir=model_dir_of,
+        models=MODEL_LOAD,
+        temperature=config["decoding"]["temperature"],
+        prompting=PROMPTING,
     script:
         "../scripts/optimize_k.py"
 
@@ -116,24 +125,28 @@ rule score_cuhlm:
 
 
 rule evaluate_cuhlm:
-    """Apply one channel condition to one decoded variant: delays and methods §6 metrics."""
+    """Price one decoded variant under every channel, both latency profiles and K fading seeds
+    (common random numbers): delays and methods §6 metrics."""
     input:
         tokens="results/cuhlm/decode/{variant}/tokens.parquet",
         profile="results/latency/profile.json",
         kstar="results/cuhlm/calibration/kstar.json",
     output:
-        metrics="results/cuhlm/metrics/{variant}/{channel}.json",
+        metrics="results/cuhlm/metrics/{variant}.parquet",
     log:
-        "logs/evaluate_cuhlm/{variant}/{channel}.log",
+        "logs/evaluate_cuhlm/{variant}.log",
     conda:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=2000,
-        runtime=10,
+        runtime=20,
     params:
-        condition=channel_condition,
-        cuhlm=config["cuhlm"],
+        channels=CHANNELS,
+        evaluation=config["evaluation"],
+        paper_hardware=config["latency"]["paper_hardware"],
+        uncertainty_samples=config["uncertainty"]["num_samples"],
+        prob_bits=config["cuhlm"]["prob_bits"],
         seed=config["seed"],
     script:
         "../scripts/evaluate_cuhlm.py"
@@ -144,23 +157,22 @@ localrules:
 
 
 rule report_cuhlm:
-    """Summary table beside the papers' numbers, and the CU-HLM figures."""
+    """Summary with intervals under both latency profiles, the papers' numbers beside ours, the
+    headline table and the CU-HLM figures."""
     input:
         metrics=expand(
-            "results/cuhlm/metrics/{variant}/{channel}.json",
-            variant=CUHLM_VARIANTS,
-            channel=sorted(CHANNELS),
+            "results/cuhlm/metrics/{variant}.parquet", variant=CUHLM_VARIANTS
+        ),
+        tokens=expand(
+            "results/cuhlm/decode/{variant}/tokens.parquet", variant=CUHLM_VARIANTS
         ),
         scores="results/cuhlm/scores.parquet",
         fit="results/cuhlm/calibration/fit.json",
         thresholds="results/cuhlm/calibration/thresholds.csv",
         kstar="results/cuhlm/calibration/kstar.json",
         k_table="results/cuhlm/calibration/k_table.csv",
-        online=(
-            "results/cuhlm/decode/cuhlm_online/tokens.parquet"
-            if "cuhlm_online" in CUHLM_VARIANTS
-            else []
-        ),
+        joint="results/cuhlm/calibration/joint_kstar.csv",
+        profile="results/latency/profile.json",
         traces=trace_tables(),
         provenance=model_provenance(),
         precision=PRECISION,
@@ -172,9 +184,16 @@ rule report_cuhlm:
             subcategory="Tables",
         ),
         markdown="results/report/cuhlm_summary.md",
+        headline="results/report/cuhlm_headline.csv",
         throughput=report(
             "results/report/cuhlm_throughput_vs_snr.png",
             caption="../report/cuhlm_throughput_vs_snr.rst",
+            category="CU-HLM",
+            subcategory="Figures",
+        ),
+        gain=report(
+            "results/report/cuhlm_gain_vs_snr.png",
+            caption="../report/cuhlm_gain_vs_snr.rst",
             category="CU-HLM",
             subcategory="Figures",
         ),
@@ -196,6 +215,12 @@ rule report_cuhlm:
             category="CU-HLM",
             subcategory="Figures",
         ),
+        joint_figure=report(
+            "results/report/cuhlm_joint_kstar_vs_snr.png",
+            caption="../report/cuhlm_joint_kstar_vs_snr.rst",
+            category="CU-HLM",
+            subcategory="Figures",
+        ),
     log:
         "logs/report_cuhlm.log",
     conda:
@@ -206,7 +231,11 @@ rule report_cuhlm:
         runtime=10,
     params:
         variants=CUHLM_VARIANTS,
-        channels=CHANNELS,
-        models=MODEL_LOAD,
+        evaluation=config["evaluation"],
+        paper_hardware=config["latency"]["paper_hardware"],
+        uncertainty_samples=config["uncertainty"]["num_samples"],
+        prob_bits=config["cuhlm"]["prob_bits"],
+        kstar_channel=config["cuhlm"]["kstar_channel"],
+        seed=config["seed"],
     script:
         "../scripts/report_cuhlm.py"

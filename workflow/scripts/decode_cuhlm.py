@@ -30,7 +30,7 @@ cuhlm = params.cuhlm
 fit_info = read_json(snakemake.input.fit)
 kstar = read_json(snakemake.input.kstar)
 fit = LinearFit(fit_info["a"], fit_info["b"], fit_info["r2"], fit_info["pearson_r"], fit_info["n"])
-u_th = kstar["u_th"] if cuhlm["joint_threshold"] else fit_info["u_th"]
+u_th = fit_info["u_th"]
 policy_params = {
     "uncertainty_samples": params.uncertainty["num_samples"],
     "theta_max": params.uncertainty["theta_max"],
@@ -40,6 +40,8 @@ policy_params = {
     "fit": fit,
     "theta_tv": cuhlm["theta_tv"],
     "k_star": kstar["k_star"],
+    "u_th_joint": kstar["joint"]["u_th"],
+    "k_joint": kstar["joint"]["k_star"],
     "fixed_k": cuhlm["fixed_k"],
     "online_k_max": cuhlm["online_k_max"],
 }

@@ -1,39 +1,53 @@
-"""Rule evaluate_cuhlm (CU-HLM wing, edgespec.cuhlm.evaluate): one decoded variant under one channel
-condition -> methods §6 metrics."""
+"""Rule evaluate_cuhlm (CU-HLM wing, edgespec.cuhlm.evaluate, edgespec.hardware): one decoded
+variant priced under every channel of the sweep, both latency profiles and K fading seeds ->
+methods §6 metrics, one row per (channel, profile, seed)."""
 
 from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
+import logging
+
 import pandas as pd
 
-from edgespec.artifacts import read_json, write_json
-from edgespec.cuhlm.evaluate import apply_channel, uses_uncertainty, variant_metrics
-from edgespec.seeding import numpy_rng
+from edgespec.artifacts import read_json, write_parquet
+from edgespec.cuhlm.evaluate import price_variant
+from edgespec.hardware import HardwareSpec, roofline_profile
+from edgespec.variants import RECONSTRUCTION_SAMPLING_VARIANTS
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
 
-variant, channel = snakemake.wildcards.variant, snakemake.wildcards.channel
+params = snakemake.params
+variant = snakemake.wildcards.variant
 tokens = pd.read_parquet(snakemake.input.tokens)
-profile = LatencyProfile.from_dict(read_json(snakemake.input.profile))
-vocab_size = read_json(snakemake.input.kstar)["vocab_size"]
-prob_bits = snakemake.params.cuhlm["prob_bits"]
-condition = ChannelCondition.from_dict(snakemake.params.condition)
-# The fading stream depends on the fading model only: every variant, and every SNR of the
-# sweep, sees the same normalised gains |h|^2 (common random numbers), so curves over SNR
-# are not reshuffled by which tokens happen to meet a deep fade.
-rng = numpy_rng(snakemake.params.seed, "channel", condition.fading, condition.k_factor)
-delays = apply_channel(
-    tokens, variant, condition, profile, vocab_size, prob_bits, rng, uses_uncertainty(variant)
+kstar = read_json(snakemake.input.kstar)
+vocab_size = kstar["vocab_size"]
+profiles = {"primary": LatencyProfile.from_dict(read_json(snakemake.input.profile))}
+hardware = params.paper_hardware
+if hardware["enabled"]:
+    profiles["paper_hw"], _ = roofline_profile(
+        HardwareSpec.from_dict(hardware), vocab_size, params.uncertainty_samples
+    )
+conditions = {name: ChannelCondition.from_dict(c) for name, c in params.channels.items()}
+# Every variant, every SNR of a fading model and both profiles see the same normalised fading
+# draws per (prompt, position, seed): common random numbers (edgespec.cuhlm.evaluate).
+metrics = price_variant(
+    tokens,
+    variant,
+    conditions,
+    profiles,
+    vocab_size,
+    params.prob_bits,
+    params.seed,
+    params.evaluation["fading_seeds"],
+    sampling_k=kstar["k_star"] if variant in RECONSTRUCTION_SAMPLING_VARIANTS else None,
 )
-metrics = variant_metrics(tokens, delays, vocab_size, prob_bits)
-write_json(
-    {
-        "variant": variant,
-        "channel": channel,
-        "condition": condition.to_dict(),
-        "profile_source": profile.source,
-        **metrics,
-    },
-    snakemake.output.metrics,
+logging.info(
+    "%s: %d tokens priced under %d channels x %d profiles x %d fading seeds",
+    variant,
+    len(tokens),
+    len(conditions),
+    len(profiles),
+    params.evaluation["fading_seeds"],
 )
+write_parquet(metrics, snakemake.output.metrics)

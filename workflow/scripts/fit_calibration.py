@@ -14,6 +14,7 @@ from edgespec.artifacts import write_csv, write_json
 from edgespec.cuhlm.calibration import (
     SKIP_NOTHING_THRESHOLD,
     binned_rejection,
+    clamp_threshold,
     fit_rejection_model,
     rejectable_fraction,
     risk_budget_threshold,
@@ -45,6 +46,7 @@ else:
                 "skip_fraction": 0.0,
                 "predicted_risk": 0.0,
                 "empirical_risk": 0.0,
+                "skips_every_token": False,
             }
             for r in ("risk_averse", "risk_prone")
         ]
@@ -55,6 +57,30 @@ if rule == "risk_budget":
     u_th = risk_budget_threshold(u, beta, fit, cuhlm["risk_budget"]) if fit.a > 0 else u_averse
 else:
     u_th = u_averse if rule == "risk_averse" else u_prone
+# u <= 1 always, so a threshold >= 1 skips every token: clamp it and say what that means.
+raw = {"risk_averse": u_averse, "risk_prone": u_prone, "threshold_rule": u_th}
+slm_only: list[str] = []
+
+
+def clamp_and_warn(name: str, value: float, users: list[str]) -> float:
+    clamped, skips_everything = clamp_threshold(value)
+    if skips_everything:
+        slm_only.extend(users)
+        logging.warning(
+            "%s threshold %.4f >= 1 clamped to 1: u(t) <= 1 always, so it skips every token and "
+            "%s have become SLM-only",
+            name,
+            value,
+            ", ".join(users),
+        )
+    return clamped
+
+
+u_averse = clamp_and_warn("risk_averse", u_averse, ["uhlm_risk_averse"])
+u_prone = clamp_and_warn("risk_prone", u_prone, ["uhlm_risk_prone"])
+u_th = clamp_and_warn(
+    f"threshold_rule {rule}", u_th, ["fixed_topk", "cuhlm_offline", "cuhlm_online", "cuhlm_exact"]
+)
 bins = binned_rejection(u, beta)
 write_csv(table, snakemake.output.thresholds)
 write_csv(bins, snakemake.output.bins)
@@ -70,6 +96,8 @@ write_json(
         "u_th_risk_prone": u_prone,
         "threshold_rule": rule,
         "u_th": u_th,
+        "u_th_unclamped": raw,
+        "slm_only_variants": sorted(set(slm_only)),
         "valid_slope": bool(fit.a > 0),
     },
     snakemake.output.fit,

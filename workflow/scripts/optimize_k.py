@@ -1,80 +1,209 @@
-"""Rule optimize_k (CU-HLM wing, edgespec.cuhlm.kselect): the offline k* as a mixed-integer
-programme (cvxpy, HiGHS)."""
+"""Rule optimize_k (CU-HLM wing, edgespec.cuhlm.kselect, edgespec.cuhlm.kcurves,
+edgespec.cuhlm.traces): the offline k* over every k in [1, |V|] (cvxpy, HiGHS), the joint
+(u_th, k) programme per channel of the sweep, and the per-grid bound table."""
 
 from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
 import logging
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import torch
+from transformers import AutoModelForCausalLM
 
 from edgespec import plots
 from edgespec.artifacts import read_json, write_csv, write_json
 from edgespec.cuhlm.calibration import LinearFit
-from edgespec.cuhlm.kselect import optimize_k_star
+from edgespec.cuhlm.kcurves import dense_bound_curves
+from edgespec.cuhlm.kselect import k_table, optimize_k_star
+from edgespec.cuhlm.traces import replay_draft_probs
+from edgespec.models.load import from_pretrained_or_hub, load_tokenizer, resolve_torch_dtype
+from edgespec.models.precision import quantize_model
+from edgespec.runconfig import chat_prompts, model_settings, prompt_split
 from edgespec.wireless.channel import ChannelCondition, ergodic_rate_bps
 from edgespec.wireless.delay import LatencyProfile
 
-cuhlm = snakemake.params.cuhlm
+REPLAY_MAX_MEAN_ABS_DIFF = 0.1
+"""The replayed x_d of the traced tokens must match the trace's on average to this: rounding of
+a batched low-precision decode moves x_d by far less; a misaligned replay by far more."""
+
+params = snakemake.params
+cuhlm = params.cuhlm
 fit_info = read_json(snakemake.input.fit)
 fit = LinearFit(fit_info["a"], fit_info["b"], fit_info["r2"], fit_info["pearson_r"], fit_info["n"])
 trace = pd.concat([pd.read_parquet(p) for p in snakemake.input.tokens], ignore_index=True)
+# One prompt after another, each in position order: the order the replay yields rows in.
+prompt_order = {pid: i for i, pid in enumerate(pd.unique(trace["prompt_id"]))}
+trace = trace.sort_values(
+    ["prompt_id", "position"], key=lambda s: s.map(prompt_order) if s.name == "prompt_id" else s
+).reset_index(drop=True)
 k_grid = sorted(int(c[3:]) for c in trace.columns if c.startswith("nk_"))
 vocab_size = k_grid[-1]  # the trace grid always ends with |V|
 profile = LatencyProfile.from_dict(read_json(snakemake.input.profile))
-reference = ChannelCondition.from_dict(snakemake.params.reference_channel)
-latency = {
-    "draft_s": profile.draft_token_s,
-    "uncertainty_s": profile.uncertainty_s,
-    "target_s": profile.target_token_s,
-    "rtt_s": reference.rtt_s,
-    "mean_uplink_rate_bps": ergodic_rate_bps(reference),
-    "prob_bits": cuhlm["prob_bits"],
-    "vocab_size": vocab_size,
-}
+
+# x(t) of every calibration token, recomputed by one teacher-forced draft forward per prompt.
+torch.set_num_threads(snakemake.threads)
+draft_dir = Path(params.model_dir) / "draft"
+tokenizer = load_tokenizer(draft_dir, role="draft")
+# The replay runs the draft exactly as the traces did: same dtype, same quantisation.
+models = model_settings(params.models, snakemake.input.precision)
+dtype = resolve_torch_dtype(models["dtype"])
+draft = from_pretrained_or_hub(AutoModelForCausalLM, str(draft_dir), None, "draft", dtype=dtype)
+draft = quantize_model(draft.eval(), models.get("quantize", "none"))
+if models.get("device", "cpu") != "cpu":
+    draft = draft.to(models["device"])
+records = {r.id: r for r in prompt_split(snakemake.input.prompts, "calib")}
+missing = sorted(set(prompt_order) - set(records))
+if missing:
+    raise ValueError(f"traced prompts {missing[:5]} are not calibration prompts of the data files")
+ordered = [records[pid] for pid in prompt_order]
+prompts = chat_prompts(tokenizer, ordered, params.prompting)
+completions = [
+    trace.loc[trace["prompt_id"] == pid, "committed_token"].astype(int).tolist()
+    for pid in prompt_order
+]
+replayed_x_d: list[np.ndarray] = []
+
+
+def chunks():
+    start = 0
+    for probs in replay_draft_probs(draft, prompts, completions, params.temperature):
+        stop = start + probs.shape[0]
+        tokens = torch.tensor(trace["draft_token"].to_numpy()[start:stop])
+        replayed_x_d.append(
+            probs.to(torch.float64).gather(1, tokens.view(-1, 1)).squeeze(1).numpy()
+        )
+        start = stop
+        yield probs
+
+
+curves = dense_bound_curves(
+    chunks(), trace["u"].to_numpy(), trace["x_d"].to_numpy(), trace["beta"].to_numpy(), fit
+)
+if curves.vocab_size != vocab_size:
+    raise ValueError(f"replayed |V| = {curves.vocab_size} differs from the trace's {vocab_size}")
+diff = np.abs(np.concatenate(replayed_x_d) - trace["x_d"].to_numpy())
+logging.info(
+    "replayed %d calibration tokens: |x_d replay - x_d trace| mean %.3g, max %.3g",
+    len(diff),
+    diff.mean(),
+    diff.max(),
+)
+if diff.mean() > REPLAY_MAX_MEAN_ABS_DIFF:
+    raise RuntimeError(
+        f"the replayed draft distributions do not match the trace (mean |dx_d| = {diff.mean():.3g}"
+        f" > {REPLAY_MAX_MEAN_ABS_DIFF}): prompts or completions are misaligned"
+    )
+
+channels = {name: ChannelCondition.from_dict(c) for name, c in params.channels.items()}
+reference_name = cuhlm["kstar_channel"]
+
+
+def latency_for(condition: ChannelCondition) -> dict:
+    return {
+        "draft_s": profile.draft_token_s,
+        "uncertainty_s": profile.uncertainty_s,
+        "target_s": profile.target_token_s,
+        "rtt_s": condition.rtt_s,
+        "mean_uplink_rate_bps": ergodic_rate_bps(condition),
+        "prob_bits": cuhlm["prob_bits"],
+        "vocab_size": vocab_size,
+        "topk_s": dict(profile.topk_s),
+    }
+
+
+latency = latency_for(channels[reference_name])
 u_th = fit_info["u_th"] if fit_info["u_th"] >= 0 else None
-if cuhlm["joint_threshold"]:
+offline = optimize_k_star(curves, cuhlm["theta_tv"], latency, u_th=u_th)
+logging.info(
+    "offline k* = %d (u_th %s, every k in [1, %d]), E[tau] = %.4f s, %s via %s",
+    offline.k_star,
+    offline.u_th,
+    vocab_size,
+    offline.objective_s,
+    offline.status,
+    offline.solver,
+)
+# The joint programme: u_th over "skip nothing" and every observed u, per channel of the sweep.
+u_grid = [-1.0, *curves.u_values.tolist()]
+joint_rows = []
+for name, condition in channels.items():
     solution = optimize_k_star(
-        trace,
-        k_grid,
-        fit,
+        curves,
         cuhlm["theta_tv"],
-        latency,
-        u_th_grid=sorted(set(trace["u"].round(6))),
+        latency_for(condition),
+        u_th_grid=u_grid,
         risk_budget=cuhlm["risk_budget"],
     )
-else:
-    solution = optimize_k_star(trace, k_grid, fit, cuhlm["theta_tv"], latency, u_th=u_th)
+    joint_rows.append(
+        {
+            "channel": name,
+            "fading": condition.fading,
+            "snr_db": condition.mean_snr_db(),
+            "ergodic_rate_bps": ergodic_rate_bps(condition),
+            "k_star": solution.k_star,
+            "u_th": solution.u_th,
+            "skip_fraction": 1.0 - solution.p_tx,
+            "skip_risk": solution.risk,
+            "mean_online_bound": solution.mean_bound,
+            "expected_latency_s": solution.objective_s,
+            "status": solution.status,
+            "decoded": name == reference_name,
+        }
+    )
+joint_table = pd.DataFrame(joint_rows).sort_values(["fading", "snr_db"], kind="stable")
+joint = joint_table[joint_table["channel"] == reference_name].iloc[0]
 logging.info(
-    "k* = %d (u_th %s), E[tau] = %.4f s, %s via %s",
-    solution.k_star,
-    solution.u_th,
-    solution.objective_s,
-    solution.status,
-    solution.solver,
+    "joint programme at %s: k* = %d, u_th = %g; k* over the sweep: %s",
+    reference_name,
+    joint["k_star"],
+    joint["u_th"],
+    joint_table["k_star"].tolist(),
 )
-write_csv(solution.table, snakemake.output.table)
+table = k_table(trace, k_grid, fit, u_th, cuhlm["theta_tv"], latency, offline.k_star)
+write_csv(table, snakemake.output.table)
+write_csv(joint_table, snakemake.output.joint)
 write_json(
     {
-        "k_star": solution.k_star,
-        "u_th": solution.u_th,
-        "objective_s": solution.objective_s,
-        "status": solution.status,
-        "solver": solution.solver,
-        "slack": solution.slack,
+        "k_star": offline.k_star,
+        "u_th": offline.u_th,
+        "objective_s": offline.objective_s,
+        "status": offline.status,
+        "solver": offline.solver,
+        "slack": offline.slack,
+        "mean_online_bound": offline.mean_bound,
         "theta_tv": cuhlm["theta_tv"],
         "vocab_size": vocab_size,
+        "k_search": f"every integer k in [1, {vocab_size}]",
         "k_grid": k_grid,
         "latency_inputs": latency,
-        "joint_threshold": cuhlm["joint_threshold"],
+        "joint": {
+            "channel": reference_name,
+            "k_star": int(joint["k_star"]),
+            "u_th": float(joint["u_th"]),
+            "skip_fraction": float(joint["skip_fraction"]),
+            "skip_risk": float(joint["skip_risk"]),
+            "risk_budget": cuhlm["risk_budget"],
+            "mean_online_bound": float(joint["mean_online_bound"]),
+            "objective_s": float(joint["expected_latency_s"]),
+        },
+        "replay": {
+            "tokens": int(len(diff)),
+            "mean_abs_x_d_diff": float(diff.mean()),
+            "max_abs_x_d_diff": float(diff.max()),
+        },
     },
     snakemake.output.kstar,
 )
 plots.bound_vs_k(
-    solution.table,
+    table,
     cuhlm["theta_tv"],
-    solution.k_star,
+    offline.k_star,
     snakemake.output.figure,
     subtitle=f"|V| = {vocab_size}; {len(trace)} traced tokens",
+    dense_k=curves.k_values,
+    dense_bound=curves.mean_bound(u_th),
 )

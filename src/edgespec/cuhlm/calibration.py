@@ -19,6 +19,7 @@ risk-budget thresholds are observed u values, so they compare exactly with the l
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -197,6 +198,22 @@ def risk_prone_threshold(fit: LinearFit, delta: float) -> float:
     return (delta - fit.b) / fit.a
 
 
+MAX_UNCERTAINTY = 1.0
+"""u(t) is a fraction of perturbed samples, so u <= 1: a threshold >= 1 skips every token."""
+
+
+def clamp_threshold(u_th: float) -> tuple[float, bool]:
+    """``u_th`` clamped to at most :data:`MAX_UNCERTAINTY`, and whether it skips every token.
+
+    The linear-model thresholds can exceed 1 (e.g. risk-prone (delta - b)/a with a small slope);
+    a variant using such a threshold never uploads, so it has become SLM-only. The caller warns.
+    """
+    value = float(u_th)
+    if not math.isfinite(value):
+        raise CalibrationError(f"a threshold must be finite, got {u_th!r}")
+    return min(value, MAX_UNCERTAINTY), value >= MAX_UNCERTAINTY
+
+
 def _mean_over_skipped(u_arr: np.ndarray, values: np.ndarray, u_th: float) -> RiskEstimate:
     if u_arr.size == 0:
         raise CalibrationError("no calibration tokens")
@@ -271,9 +288,11 @@ def threshold_table(
     """Every threshold rule with its skip fraction and its predicted and measured risk.
 
     Rows: ``risk_averse``, ``risk_prone`` and one ``risk_budget_eps={epsilon:g}`` per budget
-    (solved with ``use``). Columns: ``rule``, ``epsilon`` (NaN for the first two), ``u_th``,
-    ``skip_fraction``, ``predicted_risk``, ``empirical_risk``. ``delta`` defaults to the
-    fraction of tokens with beta > 0, which equals the fraction with y_d < x_d.
+    (solved with ``use``). Columns: ``rule``, ``epsilon`` (NaN for the first two), ``u_th``
+    (as the formula gives it, before :func:`clamp_threshold`), ``skip_fraction``,
+    ``predicted_risk``, ``empirical_risk``, ``skips_every_token`` (u_th >= 1: SLM-only).
+    ``delta`` defaults to the fraction of tokens with beta > 0, which equals the fraction with
+    y_d < x_d.
     """
     u_arr, beta_arr = _as_arrays(u, beta)
     if delta is None:
@@ -299,6 +318,7 @@ def threshold_table(
                 "skip_fraction": predicted.skip_fraction,
                 "predicted_risk": predicted.risk,
                 "empirical_risk": measured.risk,
+                "skips_every_token": bool(u_th >= MAX_UNCERTAINTY),
             }
         )
     return pd.DataFrame(rows)

@@ -10,11 +10,14 @@ Token table columns (one row per generated token, in the order the engine produc
 a distribution), ``skipped`` (the device kept its token without verification; for SLM-only
 every token), ``k`` (entries uploaded, 0 if not), ``draft_token`` (-1 where the draft did not
 run), ``committed_token``, ``accepted`` (the committed token is the proposed one: verification
-accepted it, or nothing was verified), ``u`` (NaN where not computed), ``x_d``, ``y_d``,
+accepted it, or nothing was verified), ``u`` (NaN where not computed), ``x_d`` (the probability
+of d under the law the device drew it from: x, or x_hat for ``cuhlm_exact``), ``y_d``,
 ``beta`` = max(0, 1 - y_d / x_d), ``accept_prob`` = min(1, y_d / x_d) (the probability that the
-LLM would have accepted the draft token), all NaN where a model did not run, and
-``measured_tvd`` = TVD(r, r_hat) between the exact residual and the one the edge built from the
-uploaded x_hat (0 for k = |V| and for rows that were not uploaded).
+LLM would have accepted the draft token), all NaN where a model did not run;
+``measured_tvd`` = TVD(r, r_hat) between the residual of the proposal law and the one the edge
+built from the uploaded x_hat, and ``output_tvd`` = TVD(y_hat, y), the distance of the committed
+token's law from the target's (``edgespec.cuhlm.distortion``); both 0 for rows that were not
+uploaded, and for uploads verified against the law d was drawn from (k = |V|, ``cuhlm_exact``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from edgespec.cuhlm.distortion import committed_law
 from edgespec.cuhlm.policies import VARIANTS
 from edgespec.decoding.compression import reconstruct_topk, total_variation
 from edgespec.decoding.engine import DecodingConfig, TokenPolicy, TokenStep, generate_tokenwise
@@ -46,6 +50,7 @@ TOKEN_COLUMNS = (
     "beta",
     "accept_prob",
     "measured_tvd",
+    "output_tvd",
 )
 
 
@@ -57,10 +62,14 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
-def _record_step(step: TokenStep, prompt_ids: Sequence[str], computes_u: bool) -> dict:
+def _record_step(step: TokenStep, prompt_ids: Sequence[str], policy: TokenPolicy | None) -> dict:
     batch = len(step.prompt_indices)
     nan = np.full(batch, np.nan)
+    computes_u = policy is not None and policy.uncertainty_samples > 0
     x, y, d = step.draft_probs, step.target_probs, step.draft_tokens
+    if x is not None and y is not None and policy is not None:
+        # The law d was drawn from (x itself for every variant but cuhlm_exact).
+        x = policy.sampling_distribution(step.draft_logits, x)
     x_d = _gather(x, d) if x is not None and d is not None else nan
     y_d = _gather(y, d) if y is not None and d is not None else nan
     hybrid = x is not None and y is not None
@@ -79,16 +88,19 @@ def _record_step(step: TokenStep, prompt_ids: Sequence[str], computes_u: bool) -
         k = np.zeros(batch, dtype=np.int64)
         accepted = np.ones(batch, dtype=bool)
     tvd = np.zeros(batch)
+    output_tvd = np.zeros(batch)
     if hybrid:
         vocab = x.shape[-1]
         rows = np.flatnonzero(uploaded & (k < vocab))
         if rows.size:
             idx = torch.as_tensor(rows, device=x.device)
+            full = step.draft_probs[idx].to(torch.float64)
             xs, ys = x[idx].to(torch.float64), y[idx].to(torch.float64)
-            x_hat = reconstruct_topk(xs, torch.as_tensor(k[rows], device=x.device))
+            x_hat = reconstruct_topk(full, torch.as_tensor(k[rows], device=x.device))
             exact = residual_distribution(ys, xs)
             approx = residual_distribution(ys, x_hat)
             tvd[rows] = _np(total_variation(exact, approx))
+            output_tvd[rows] = _np(total_variation(committed_law(xs, x_hat, ys), ys))
     u = (
         _np(step.uncertainty.to(torch.float64))
         if computes_u and step.uncertainty is not None
@@ -109,6 +121,7 @@ def _record_step(step: TokenStep, prompt_ids: Sequence[str], computes_u: bool) -
         "beta": beta,
         "accept_prob": accept_prob,
         "measured_tvd": tvd,
+        "output_tvd": output_tvd,
     }
 
 
@@ -148,11 +161,10 @@ def decode_variant(
             raise ValueError(f"variant {variant!r} needs both the draft and the target model")
         if policy is None:
             raise ValueError(f"variant {variant!r} needs a policy (see policies.build_policy)")
-    computes_u = policy is not None and policy.uncertainty_samples > 0
     chunks: list[dict] = []
 
     def on_step(step: TokenStep) -> None:
-        chunks.append(_record_step(step, prompt_ids, computes_u))
+        chunks.append(_record_step(step, prompt_ids, policy))
 
     completions = generate_tokenwise(
         prompts,

@@ -2,10 +2,13 @@
 
 A variant's tokens do not depend on the channel, so the channel is swept without decoding
 again: :func:`apply_channel` turns a token table (``edgespec.cuhlm.decode``) into per-token
-delays under one channel condition and latency profile (block fading, one draw per token,
-common random numbers indexed by prompt and position); :func:`variant_metrics` and
-:func:`relative_to` give the methods §6 metrics. This module imports neither torch nor
-transformers, so the many small evaluation jobs start fast.
+delays under one channel condition, fading draw and latency profile, and :func:`price_variant`
+repeats that over every channel of the sweep, every latency profile and K fading seeds.
+Common random numbers: the normalised gain |h|^2 of the token at (prompt, position) under
+fading seed s depends only on the fading model, s, the prompt and the position
+(:func:`token_gains`), so every variant and every SNR sees the same draws.
+:func:`variant_metrics` and :func:`relative_to` give the methods §6 metrics. This module imports
+neither torch nor transformers, so the evaluation jobs start fast.
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ import pandas as pd
 
 from edgespec.seeding import derive_seed
 from edgespec.variants import CUHLM_VARIANTS as VARIANTS
-from edgespec.variants import UNCERTAINTY_VARIANTS
+from edgespec.variants import (
+    ONLINE_K_VARIANTS,
+    RECONSTRUCTION_SAMPLING_VARIANTS,
+    TOPK_VARIANTS,
+    UNCERTAINTY_VARIANTS,
+)
 from edgespec.wireless.channel import ChannelCondition, sample_power_gains, uplink_rate_bps
 from edgespec.wireless.delay import LatencyProfile, tokenwise_delays
 from edgespec.wireless.payload import upload_bits
@@ -43,29 +51,76 @@ def _prompt_groups(tokens: pd.DataFrame) -> list[np.ndarray]:
     return np.split(order, bounds) if len(order) else []
 
 
-def token_gains(tokens: pd.DataFrame, condition: ChannelCondition, rng) -> np.ndarray:
+def fading_base_seed(seed: int, condition: ChannelCondition) -> int:
+    """The integer every fading draw of ``condition``'s fading model derives from: it depends
+    on the configured seed and the fading model (and K-factor) only, not on the SNR."""
+    return derive_seed(seed, "channel", condition.fading, condition.k_factor)
+
+
+def token_gains(
+    tokens: pd.DataFrame, condition: ChannelCondition, base_seed: int, seed_index: int = 0
+) -> np.ndarray:
     """One block-fading power gain |h|^2 per token row, in the order of ``tokens``.
 
-    Common random numbers: one integer is drawn from ``rng``; the gain of the token at
-    (prompt p, position t) is the t-th draw of a stream seeded from that integer and p's id.
-    Two variants evaluated with equally seeded ``rng`` therefore see the same gain at every
-    (prompt, position) they both generate, whatever their other completions' lengths; in
-    particular two tables with equal token counts per prompt see the same draws.
+    Common random numbers: the gain of the token at (prompt p, position t) under fading seed
+    ``seed_index`` is the t-th draw of a stream seeded from (``base_seed``, ``seed_index``,
+    p's id). Two variants (or two SNRs of one fading model) priced with the same base seed
+    therefore see the same gain at every (prompt, position, seed) they both have, whatever
+    their completions' lengths; different seeds are independent realisations.
     """
+    if isinstance(seed_index, bool) or int(seed_index) != seed_index or seed_index < 0:
+        raise ValueError(f"seed_index must be an integer >= 0, got {seed_index!r}")
     gains = np.ones(len(tokens))
     if condition.fading == "awgn":
         return gains
-    base = int(rng.integers(0, 2**63 - 1))
     ids = tokens["prompt_id"].to_numpy()
     position = tokens["position"].to_numpy()
     for rows in _prompt_groups(tokens):
         pos = position[rows]
         if pos.min() < 0:
             raise ValueError("token positions must be >= 0")
-        stream = np.random.default_rng(derive_seed(base, "gain", ids[rows[0]]))
+        stream = np.random.default_rng(
+            derive_seed(int(base_seed), "gain", int(seed_index), ids[rows[0]])
+        )
         draws = sample_power_gains(condition, int(pos.max()) + 1, stream)
         gains[rows] = draws[pos]
     return gains
+
+
+def device_seconds(
+    tokens: pd.DataFrame,
+    variant: str,
+    profile: LatencyProfile,
+    vocab_size: int,
+    sampling_k: int | None = None,
+) -> np.ndarray:
+    """The device's per-token vocabulary work beyond the uncertainty estimate [s].
+
+    - top-k variants (:data:`~edgespec.variants.TOPK_VARIANTS`): one top-k extraction
+      (``profile.topk_time(k)``) per uploaded token with k < |V|;
+    - ``cuhlm_online`` also pays one online k(t) selection (``profile.online_k_s``) per
+      uploaded token;
+    - ``cuhlm_exact`` draws every token, skipped or not, from x_hat of ``sampling_k``, so it
+      pays one top-k extraction per token (its uploads reuse it).
+    """
+    extra = np.zeros(len(tokens))
+    uploaded = tokens["uploaded"].to_numpy().astype(bool)
+    k = tokens["k"].to_numpy().astype(np.int64)
+    if variant in RECONSTRUCTION_SAMPLING_VARIANTS:
+        if sampling_k is None:
+            raise ValueError(f"variant {variant!r} needs the sampling_k its device draws from")
+        if not 1 <= sampling_k <= vocab_size:
+            raise ValueError(f"sampling_k must lie in [1, {vocab_size}], got {sampling_k}")
+        if sampling_k < vocab_size:
+            extra += profile.topk_time(sampling_k)
+        return extra
+    if variant in TOPK_VARIANTS:
+        compressed = uploaded & (k < vocab_size)
+        if compressed.any():
+            extra[compressed] += profile.topk_time(k[compressed])
+    if variant in ONLINE_K_VARIANTS:
+        extra[uploaded] += profile.online_k_s
+    return extra
 
 
 def apply_channel(
@@ -75,9 +130,10 @@ def apply_channel(
     profile: LatencyProfile,
     vocab_size: int,
     prob_bits: int,
-    rng: np.random.Generator,
+    gains,
     uses_uncertainty: bool,
     *,
+    sampling_k: int | None = None,
     resync_bits_per_skipped: float = 0.0,
     downlink_bits: float = 0.0,
     downlink_rate_bps=None,
@@ -85,9 +141,10 @@ def apply_channel(
     """Per-token delays tau(t) [s] of ``tokens`` under one channel, in the order of ``tokens``.
 
     Per prompt (rows ordered by position), :func:`edgespec.wireless.delay.tokenwise_delays` with
-    B(t) = k (b_p + ceil(log2 |V|)) on uploads (``compression.upload_bits``), R(t) from the
-    token's gain (:func:`token_gains`: one block-fading draw per token, common random numbers)
-    and the condition's RTT. ``llm_only`` uses the LLM-only mode (tau_LLM per token, no
+    B(t) = k (b_p + ceil(log2 |V|)) on uploads (``payload.upload_bits``), R(t) from the
+    token's power gain in ``gains`` (one per row, e.g. :func:`token_gains`) and the condition's
+    average SNR, the condition's RTT, and the device's vocabulary work
+    (:func:`device_seconds`). ``llm_only`` uses the LLM-only mode (tau_LLM per token, no
     uplink); ``slm_only`` and every skipped token pay tau_SLM (+ tau_unc when
     ``uses_uncertainty``, see :func:`uses_uncertainty`). Skipped token ids ride on the next
     upload (``resync_bits_per_skipped`` each); the downlink is free unless a
@@ -101,11 +158,18 @@ def apply_channel(
         raise ValueError(f"variant {variant!r} has no uploads, but the table marks some")
     if np.any(k[uploaded] < 1) or np.any(k[uploaded] > vocab_size):
         raise ValueError(f"uploaded rows need 1 <= k <= |V| = {vocab_size}")
-    gains = token_gains(tokens, condition, rng)
+    gains = np.asarray(gains, dtype=float).reshape(-1)
+    if gains.shape != (len(tokens),):
+        raise ValueError(f"gains must have one entry per token row ({len(tokens)})")
     rates = np.asarray(uplink_rate_bps(condition, gains), dtype=float).reshape(-1)
     bits = np.where(uploaded, upload_bits(k, vocab_size, prob_bits), 0).astype(float)
-    delays = np.zeros(len(tokens))
     llm_only = variant == "llm_only"
+    device = (
+        np.zeros(len(tokens))
+        if llm_only
+        else device_seconds(tokens, variant, profile, vocab_size, sampling_k)
+    )
+    delays = np.zeros(len(tokens))
     for rows in _prompt_groups(tokens):
         dl_rate = downlink_rate_bps
         if dl_rate is not None and np.ndim(dl_rate) == 1:
@@ -122,8 +186,68 @@ def apply_channel(
             downlink_bits=downlink_bits,
             resync_bits_per_skipped=0.0 if llm_only else resync_bits_per_skipped,
             downlink_rate_bps=dl_rate,
+            device_s=device[rows],
         )
     return delays
+
+
+def price_variant(
+    tokens: pd.DataFrame,
+    variant: str,
+    conditions: Mapping[str, ChannelCondition],
+    profiles: Mapping[str, LatencyProfile],
+    vocab_size: int,
+    prob_bits: int,
+    seed: int,
+    fading_seeds: int,
+    *,
+    sampling_k: int | None = None,
+) -> pd.DataFrame:
+    """The methods §6 metrics of one decoded variant under every channel condition, latency
+    profile and fading seed: one row per (channel, profile, seed).
+
+    Columns ``channel``, ``fading``, ``snr_db``, ``profile``, ``seed`` (0..K-1) and those of
+    :func:`variant_metrics`. The gains of a fading model and seed are drawn once
+    (:func:`token_gains` from :func:`fading_base_seed`) and shared by every SNR and profile.
+    """
+    if isinstance(fading_seeds, bool) or int(fading_seeds) < 1:
+        raise ValueError(f"fading_seeds must be >= 1, got {fading_seeds!r}")
+    if not conditions or not profiles:
+        raise ValueError("need at least one channel condition and one latency profile")
+    unc = uses_uncertainty(variant)
+    rows: list[dict[str, Any]] = []
+    for index in range(int(fading_seeds)):
+        cached: dict[tuple, np.ndarray] = {}  # one draw per fading model and seed
+        for name, condition in conditions.items():
+            key = (condition.fading, condition.k_factor, condition.correlation)
+            if key not in cached:
+                base = fading_base_seed(seed, condition)
+                cached[key] = token_gains(tokens, condition, base, index)
+            gains = cached[key]
+            for profile_name, profile in profiles.items():
+                delays = apply_channel(
+                    tokens,
+                    variant,
+                    condition,
+                    profile,
+                    vocab_size,
+                    prob_bits,
+                    gains,
+                    unc,
+                    sampling_k=sampling_k,
+                )
+                rows.append(
+                    {
+                        "variant": variant,
+                        "channel": name,
+                        "fading": condition.fading,
+                        "snr_db": condition.mean_snr_db(),
+                        "profile": profile_name,
+                        "seed": index,
+                        **variant_metrics(tokens, delays, vocab_size, prob_bits),
+                    }
+                )
+    return pd.DataFrame(rows)
 
 
 def _mean(values: np.ndarray) -> float:
@@ -160,7 +284,8 @@ def variant_metrics(
     ``skip_rate`` and ``transmission_rate`` (fractions of tokens skipped / uploaded);
     ``true_skip_rate`` (mean accept_prob over skipped tokens: the fraction the LLM would have
     accepted; NaN if none skipped or no target ran); ``vocab_compression`` = 1 - mean k / |V|
-    and ``mean_k`` over uploads; ``measured_tvd_mean`` and ``acceptance_rate`` over uploads;
+    and ``mean_k`` over uploads; ``measured_tvd_mean`` (TVD(r, r_hat)), ``output_tvd_mean``
+    (TVD(y_hat, y), the output distortion) and ``acceptance_rate`` over uploads;
     ``uploads``, ``num_prompts`` and ``interaction_rounds_per_answer`` (uploads per prompt).
     """
     delays = np.asarray(delays, dtype=float)
@@ -194,6 +319,7 @@ def variant_metrics(
         "vocab_compression": 1.0 - mean_k / vocab_size,
         "mean_k": mean_k,
         "measured_tvd_mean": _mean(tokens["measured_tvd"].to_numpy(dtype=float)[uploaded]),
+        "output_tvd_mean": _mean(tokens["output_tvd"].to_numpy(dtype=float)[uploaded]),
         "acceptance_rate": _mean(tokens["accepted"].to_numpy().astype(float)[uploaded]),
         "interaction_rounds_per_answer": (
             float(uploaded.sum()) / num_prompts if num_prompts else float("nan")

@@ -29,6 +29,7 @@ import torch
 
 from edgespec.cuhlm.calibration import LinearFit
 from edgespec.cuhlm.kselect import online_k
+from edgespec.decoding.compression import reconstruct_topk
 from edgespec.decoding.engine import TokenPolicy, UploadFull
 from edgespec.variants import CUHLM_VARIANTS, SINGLE_MODEL_VARIANTS
 
@@ -154,6 +155,30 @@ class ThresholdPolicy(TokenPolicy):
         )
 
 
+class ExactTopKPolicy(ThresholdPolicy):
+    """``cuhlm_exact`` (the project's variant, no paper has it): the skip rule and fixed k of
+    CU-HLM offline, but the device draws d(t) from the reconstruction x_hat = top-k of x that it
+    uploads (:meth:`sampling_distribution`), not from x.
+
+    The edge verifies against x_hat, the law d was drawn from, so every uploaded token is
+    verified exactly (methods §3.4; ``edgespec.cuhlm.distortion``): with skipping off the
+    committed tokens follow y. The upload is the same k entries as CU-HLM offline (zero extra
+    bytes); the price is a proposal that puts the tail's mass uniformly on the tail tokens,
+    which lowers acceptance. Skipped tokens keep the x_hat draw.
+    """
+
+    def __init__(
+        self, u_th: float | None, k: int, uncertainty_samples: int = 0, theta_max: float = 2.0
+    ):
+        super().__init__(u_th, FixedK(k), uncertainty_samples, theta_max)
+
+    def sampling_distribution(self, draft_logits, draft_probs):
+        return reconstruct_topk(draft_probs, min(self.k_rule.k, draft_probs.shape[-1]))
+
+    def __repr__(self) -> str:
+        return "Exact" + super().__repr__()
+
+
 class RandomSkipPolicy(TokenPolicy):
     """Skip each token independently with probability ``skip_rate`` (the random-skip baseline,
     run at U-HLM's skip rate); uncertainty is not computed. Draws one uniform per row from the
@@ -190,7 +215,8 @@ def build_policy(variant: str, params: Mapping[str, Any]) -> TokenPolicy | None:
     ``params`` keys (only those the variant uses are required): ``uncertainty_samples`` (M),
     ``theta_max``, ``u_th_risk_averse``, ``u_th_risk_prone``, ``u_th`` (the threshold the
     fixed-top-k and CU-HLM variants use), ``fit`` (:class:`LinearFit`), ``theta_tv``,
-    ``k_star``, ``fixed_k``, ``random_skip_rate``; optional ``online_k_max`` and ``eta`` for
+    ``k_star``, ``fixed_k``, ``random_skip_rate``, ``u_th_joint`` and ``k_joint`` (the joint
+    programme's solution at ``cuhlm.kstar_channel``); optional ``online_k_max`` and ``eta`` for
     CU-HLM online.
 
     - ``hlm``: :class:`UploadFull`; it computes u with M samples (when M > 0) only to record
@@ -201,6 +227,8 @@ def build_policy(variant: str, params: Mapping[str, Any]) -> TokenPolicy | None:
       choice: the same skip rule as CU-HLM offline, so the pair isolates the choice of k).
     - ``cuhlm_offline``: threshold ``u_th``, k = ``k_star``.
     - ``cuhlm_online``: threshold ``u_th``, k(t) by :class:`OnlineK`.
+    - ``cuhlm_exact``: :class:`ExactTopKPolicy`, threshold ``u_th``, k = ``k_star``, d ~ x_hat.
+    - ``cuhlm_joint``: threshold ``u_th_joint``, k = ``k_joint`` (both from the joint programme).
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
@@ -222,6 +250,12 @@ def build_policy(variant: str, params: Mapping[str, Any]) -> TokenPolicy | None:
     elif variant == "cuhlm_offline":
         u_th = _param(params, "u_th", variant)
         rule = FixedK(int(_param(params, "k_star", variant)))
+    elif variant == "cuhlm_exact":
+        u_th = float(_param(params, "u_th", variant))
+        return ExactTopKPolicy(u_th, int(_param(params, "k_star", variant)), m, theta_max)
+    elif variant == "cuhlm_joint":
+        u_th = _param(params, "u_th_joint", variant)
+        rule = FixedK(int(_param(params, "k_joint", variant)))
     else:  # cuhlm_online
         u_th = _param(params, "u_th", variant)
         rule = OnlineK(

@@ -2,24 +2,30 @@
 
 Every token is transmitted with its full distribution (u_th = 0, k = |V|), so for each token the
 trace holds what later stages need: x_d, y_d, beta_d, u(t), argmax agreement, entropies, the
-top-k mass S_k, the reconstruction error N_k and the measured TVD(r, r_hat_k) over a k grid,
-and the last-layer hidden states of both models at the drafted position (the states that
-produced x(t) and y(t)).
+top-k mass S_k, the reconstruction error N_k, the measured residual distortion TVD(r, r_hat_k)
+and the output distortion TVD(y_hat_k, y) (``edgespec.cuhlm.distortion``) over a k grid, and the
+last-layer hidden states of both models at the drafted position (the states that produced x(t)
+and y(t)).
+
+:func:`replay_draft_probs` recomputes x(t) of traced tokens by one teacher-forced draft forward
+per prompt, for the offline k* search over every k (``edgespec.cuhlm.kcurves``): storing x for
+every token would take |V| floats per token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
+from edgespec.cuhlm.distortion import output_distortion_grid
 from edgespec.decoding.compression import resampling_distortion, topk_mass_and_error
 from edgespec.decoding.engine import DecodingConfig, TokenStep, UploadFull, generate_tokenwise
 from edgespec.decoding.progress import DecodeProgress
-from edgespec.decoding.sampling import rejection_probability
+from edgespec.decoding.sampling import probabilities, rejection_probability
 from edgespec.decoding.uncertainty import entropy
 
 
@@ -68,6 +74,7 @@ def collect_traces(
         beta = rejection_probability(d, x, y)
         mass, error = topk_mass_and_error(x, grid)
         tvd = resampling_distortion(x, y, grid)
+        output_tvd = output_distortion_grid(x, y, grid)
         columns = {
             "prompt_id": [prompt_ids[i] for i in step.prompt_indices],
             "position": step.position.tolist(),
@@ -87,6 +94,7 @@ def collect_traces(
             columns[f"mass_{k}"] = mass[:, j].tolist()
             columns[f"nk_{k}"] = error[:, j].tolist()
             columns[f"tvd_{k}"] = tvd[:, j].tolist()
+            columns[f"otvd_{k}"] = output_tvd[:, j].tolist()
         rows.extend(
             dict(zip(columns, vals, strict=True)) for vals in zip(*columns.values(), strict=True)
         )
@@ -115,3 +123,32 @@ def collect_traces(
     th = np.concatenate(target_hidden)[order] if target_hidden else None
     table.attrs["k_grid"] = grid
     return TraceResult(table, dh, th, generated)
+
+
+@torch.inference_mode()
+def replay_draft_probs(
+    draft: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    temperature: float,
+) -> Iterator[torch.Tensor]:
+    """x(t) of every token of each completion, one prompt at a time: [len(completion), V].
+
+    One teacher-forced forward of ``draft`` over prompt + completion[:-1] per prompt (batch 1,
+    no padding); row t is the draft distribution that proposed completion token t, at the
+    decoding ``temperature`` (:func:`edgespec.decoding.sampling.probabilities`). The decode that
+    produced the trace ran batched with a KV cache, so in low precision (bf16) these rows match
+    its x(t) up to rounding; in float32/64 they match it closely.
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+    device = next(draft.parameters()).device
+    for prompt, completion in zip(prompts, completions, strict=True):
+        if not len(prompt):
+            raise ValueError("a prompt is empty")
+        if not len(completion):
+            yield torch.zeros(0, 0)
+            continue
+        ids = torch.tensor([list(prompt) + list(completion[:-1])], device=device)
+        logits = draft(input_ids=ids, logits_to_keep=len(completion)).logits[0].cpu()
+        yield probabilities(logits, temperature)

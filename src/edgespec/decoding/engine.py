@@ -346,6 +346,17 @@ class TokenPolicy:
     uncertainty_samples: int = 0
     uncertainty_theta_max: float = 2.0
 
+    def sampling_distribution(
+        self, draft_logits: torch.Tensor, draft_probs: torch.Tensor
+    ) -> torch.Tensor:
+        """The distribution [B, V] the device draws d(t) from; by default x itself.
+
+        A policy that returns another law (e.g. the top-k reconstruction it will upload) makes
+        verification against that upload exact. It consumes no random numbers, so the default
+        leaves every draw of the engine unchanged.
+        """
+        return draft_probs
+
     def decide(
         self,
         draft_logits: torch.Tensor,
@@ -442,7 +453,7 @@ def generate_tokenwise(
         upload_k = torch.zeros(batch, dtype=torch.long)
         accepted = torch.zeros(batch, dtype=torch.bool)
         if hybrid:
-            d = _draw(x, z_draft, cfg.temperature, generator)
+            d = _draw(policy.sampling_distribution(z_draft, x), z_draft, cfg.temperature, generator)
             u = (
                 perturbation_uncertainty(
                     z_draft, d, policy.uncertainty_samples, policy.uncertainty_theta_max, generator

@@ -2,12 +2,14 @@
 
 Per token t of a hybrid (HLM-family) run,
 
-    tau(t) = tau_SLM + tau_unc + 1{upload(t)} * (B(t) / R(t) + tau_LLM + RTT)   [s]
+    tau(t) = tau_SLM + tau_unc + tau_dev(t) + 1{upload(t)} * (B(t) / R(t) + tau_LLM + RTT)   [s]
 
 with B(t) the uplink payload [bit] (B(k(t)) of ``edgespec.wireless.payload.upload_bits``), R(t) the
 block-fading uplink rate [bit/s] of that token (``edgespec.wireless.channel``), tau_SLM, tau_LLM the
-device and edge forward times and tau_unc the device's uncertainty (and k(t)) computation, all
-from a ``LatencyProfile``. Token throughput = generated tokens / sum_t tau(t) [tokens/s].
+device and edge forward times, tau_unc the device's uncertainty estimate and tau_dev(t) its other
+per-token vocabulary work (online k(t) selection, top-k extraction; the caller says which token
+pays what), all from a ``LatencyProfile``. Token throughput = generated tokens / sum_t tau(t)
+[tokens/s].
 
 Compute times are never hard-coded: a profile is measured on the machine that runs the
 workflow (``source="measured"``) or given in config to emulate other hardware.
@@ -44,7 +46,11 @@ class LatencyProfile:
     ``target_token_s``: one target (LLM) forward for one token on the edge (tau_LLM of CU-HLM).
     ``target_verify_s``: gamma -> one target forward over gamma + 1 tokens (WISV verification
     of gamma draft tokens), for the gammas that were measured or configured.
-    ``uncertainty_s``: the device's per-token uncertainty (and online k(t)) computation.
+    ``uncertainty_s``: the device's per-token uncertainty estimate u(t).
+    ``online_k_s``: the device's online k(t) selection for one token (CU-HLM online: one sort of
+    x and a search over every k).
+    ``topk_s``: k -> one extraction of the top-k entries (values and indices) of x on the
+    device; :meth:`topk_time` interpolates it (empty: free).
     ``source``: where the numbers come from, e.g. "measured" or "config".
     """
 
@@ -53,10 +59,13 @@ class LatencyProfile:
     target_verify_s: Mapping[int, float] = field(default_factory=dict)
     uncertainty_s: float = 0.0
     source: str = "measured"
+    online_k_s: float = 0.0
+    topk_s: Mapping[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for key in ("draft_token_s", "target_token_s", "uncertainty_s"):
+        for key in ("draft_token_s", "target_token_s", "uncertainty_s", "online_k_s"):
             object.__setattr__(self, key, _nonneg(key, getattr(self, key)))
+        object.__setattr__(self, "topk_s", MappingProxyType(_k_table("topk_s", self.topk_s)))
         if not isinstance(self.target_verify_s, Mapping):
             raise ValueError("target_verify_s must map gamma -> seconds")
         table: dict[int, float] = {}
@@ -82,8 +91,15 @@ class LatencyProfile:
                 tuple(self.target_verify_s.items()),
                 self.uncertainty_s,
                 self.source,
+                self.online_k_s,
+                tuple(self.topk_s.items()),
             )
         )
+
+    def topk_time(self, k) -> np.ndarray | float:
+        """Seconds to extract the top-k of x for upload size(s) ``k``
+        (:func:`topk_extraction_s` on ``topk_s``)."""
+        return topk_extraction_s(self.topk_s, k)
 
     def target_verify(self, gamma: int) -> float:
         """tau_LLM(gamma) [s]: the exact entry, or linear interpolation between the nearest
@@ -109,8 +125,16 @@ class LatencyProfile:
         """
         if not isinstance(d, Mapping):
             raise ValueError(f"a latency profile must be a mapping, got {type(d).__name__}")
-        d = {k: v for k, v in d.items() if k != "machine"}
-        valid = {"draft_token_s", "target_token_s", "target_verify_s", "uncertainty_s", "source"}
+        d = {k: v for k, v in d.items() if k not in ("machine", "derivation")}
+        valid = {
+            "draft_token_s",
+            "target_token_s",
+            "target_verify_s",
+            "uncertainty_s",
+            "source",
+            "online_k_s",
+            "topk_s",
+        }
         unknown = sorted(set(d) - valid)
         if unknown:
             raise ValueError(f"latency profile: unknown key(s) {unknown}; valid: {sorted(valid)}")
@@ -127,7 +151,48 @@ class LatencyProfile:
             "target_verify_s": {str(g): s for g, s in self.target_verify_s.items()},
             "uncertainty_s": self.uncertainty_s,
             "source": self.source,
+            "online_k_s": self.online_k_s,
+            "topk_s": {str(k): v for k, v in self.topk_s.items()},
         }
+
+
+def _k_table(name: str, table) -> dict[int, float]:
+    """A {k: seconds} mapping with integer k >= 1 (keys may be strings), sorted by k."""
+    if not isinstance(table, Mapping):
+        raise ValueError(f"{name} must map k -> seconds")
+    out: dict[int, float] = {}
+    for key, seconds in table.items():
+        try:
+            k = int(key)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} key {key!r} is not an integer k") from None
+        if k != float(key) or k < 1:
+            raise ValueError(f"{name} key {key!r} must be an integer k >= 1")
+        if k in out:
+            raise ValueError(f"{name} gives k={k} twice")
+        out[k] = _nonneg(f"{name}[{k}]", seconds)
+    return dict(sorted(out.items()))
+
+
+def topk_extraction_s(table: Mapping[int, float], k):
+    """Top-k extraction time [s] at upload size(s) ``k`` from a {k: seconds} table.
+
+    Linear interpolation in log k between the tabulated sizes, constant beyond the first and
+    last; the table is first made non-decreasing (running maximum), since extracting more
+    entries never takes less time and a measured table carries timing noise. An empty table
+    costs nothing. Returns a float for a scalar k, an array otherwise.
+    """
+    table = _k_table("topk_s", table)
+    k_arr = np.asarray(k, dtype=np.float64)
+    if np.any(~(k_arr >= 1)):
+        raise ValueError("top-k sizes must be >= 1")
+    if not table:
+        out = np.zeros_like(k_arr)
+    else:
+        sizes = np.log(np.array(list(table), dtype=np.float64))
+        seconds = np.maximum.accumulate(np.array(list(table.values()), dtype=np.float64))
+        out = np.interp(np.log(k_arr), sizes, seconds)
+    return float(out) if out.ndim == 0 else out
 
 
 def _per_token(name: str, value, length: int) -> np.ndarray:
@@ -149,17 +214,19 @@ def tokenwise_delays(
     downlink_bits: float = 0.0,
     resync_bits_per_skipped: float = 0.0,
     downlink_rate_bps=None,
+    device_s=0.0,
 ) -> np.ndarray:
     """Per-token delays tau(t) [s], shape [T].
 
     ``uploaded`` bool [T]; ``upload_bits`` [T] payload B(t) [bit] (read only where uploaded);
     ``rates_bps`` [T] uplink rate R(t) [bit/s], > 0 where uploaded; ``rtt_s`` [s], scalar or
-    [T]; ``downlink_rate_bps`` [bit/s], scalar or [T].
+    [T]; ``downlink_rate_bps`` [bit/s], scalar or [T]; ``device_s`` [s], scalar or [T], the
+    device's other vocabulary work per token (k selection, top-k extraction), hybrid mode only.
 
     Modes:
 
     - hybrid (``uses_draft=True``, the HLM family; SLM-only is the case with no uploads):
-      tau = tau_SLM + 1{uses_uncertainty} tau_unc
+      tau = tau_SLM + 1{uses_uncertainty} tau_unc + device_s
       + 1{upload} (B/R + tau_LLM + RTT + downlink_bits / R_dl).
       Skipped tokens are resynchronised by piggybacking ``resync_bits_per_skipped`` per
       skipped token on the next upload (at that upload's rate); skipped tokens after the last
@@ -180,6 +247,9 @@ def tokenwise_delays(
     rtt = _per_token("rtt_s", rtt_s, length)
     if np.any(~(rtt >= 0)) or np.any(~np.isfinite(rtt)):
         raise ValueError("rtt_s must be finite and >= 0")
+    device = _per_token("device_s", device_s, length)
+    if np.any(~(device >= 0)) or np.any(~np.isfinite(device)):
+        raise ValueError("device_s must be finite and >= 0")
     downlink_bits = float(downlink_bits)
     resync = float(resync_bits_per_skipped)
     if not (downlink_bits >= 0 and resync >= 0):
@@ -197,6 +267,8 @@ def tokenwise_delays(
     if not uses_draft:
         if not uses_target_always:
             raise ValueError("uses_draft=False needs uses_target_always=True (LLM-only)")
+        if np.any(device > 0):
+            raise ValueError("LLM-only mode runs nothing on the device; device_s must be 0")
         if up.any():
             raise ValueError("LLM-only mode has no uplink; uploaded must be all False")
         # LLM-only: the edge decodes alone and streams each token id down; the stream is
@@ -212,7 +284,7 @@ def tokenwise_delays(
         raise ValueError("upload_bits must be finite and >= 0 where a token is uploaded")
     if np.any(~(rates[up] > 0)):
         raise ValueError("rates_bps must be > 0 where a token is uploaded")
-    tau = np.full(length, profile.draft_token_s, dtype=float)
+    tau = np.full(length, profile.draft_token_s, dtype=float) + device
     if uses_uncertainty:
         tau += profile.uncertainty_s
     index = np.flatnonzero(up)
