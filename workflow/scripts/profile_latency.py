@@ -1,4 +1,5 @@
-"""Rule profile_latency (edgespec.profiling): measured (or configured) compute times of the pair."""
+"""Rule profile_latency (edgespec.profiling): measured (or configured) compute times of the pair,
+prompt prefill included."""
 
 from edgespec.artifacts import setup_logging
 
@@ -9,11 +10,13 @@ from edgespec.artifacts import write_json  # noqa: E402
 params = snakemake.params
 latency = params.latency
 if latency["mode"] == "given":
-    profile = {**latency["given"], "source": "given"}
+    # The head's time is not a profile entry: train_head reads latency.given.head_round_s.
+    given = {k: v for k, v in latency["given"].items() if k != "head_round_s"}
+    profile = {**given, "source": "given"}
 else:
     from edgespec.data.records import read_jsonl
     from edgespec.models.load import load_pair_from_dir
-    from edgespec.profiling import measure_latency_profile
+    from edgespec.profiling import measure_latency_profile, measure_prefill_token_s
     from edgespec.runconfig import chat_prompts
 
     draft, target, tokenizer = load_pair_from_dir(
@@ -31,4 +34,7 @@ else:
         params.uncertainty["theta_max"],
         params.seed,
     )
+    # WISV charges each answer its prompt's prefill on both models.
+    profile["draft_prefill_token_s"] = measure_prefill_token_s(draft, prompt, latency["repeats"])
+    profile["target_prefill_token_s"] = measure_prefill_token_s(target, prompt, latency["repeats"])
 write_json(profile, snakemake.output.profile)

@@ -46,6 +46,8 @@ class LatencyProfile:
     of gamma draft tokens), for the gammas that were measured or configured.
     ``uncertainty_s``: the device's per-token uncertainty (and online k(t)) computation.
     ``source``: where the numbers come from, e.g. "measured" or "config".
+    ``draft_prefill_token_s`` / ``target_prefill_token_s``: prompt prefill per prompt token of
+    the draft (device) and the target (edge), charged once per answer (``prefill_s``).
     """
 
     draft_token_s: float
@@ -53,9 +55,17 @@ class LatencyProfile:
     target_verify_s: Mapping[int, float] = field(default_factory=dict)
     uncertainty_s: float = 0.0
     source: str = "measured"
+    draft_prefill_token_s: float = 0.0
+    target_prefill_token_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("draft_token_s", "target_token_s", "uncertainty_s"):
+        for key in (
+            "draft_token_s",
+            "target_token_s",
+            "uncertainty_s",
+            "draft_prefill_token_s",
+            "target_prefill_token_s",
+        ):
             object.__setattr__(self, key, _nonneg(key, getattr(self, key)))
         if not isinstance(self.target_verify_s, Mapping):
             raise ValueError("target_verify_s must map gamma -> seconds")
@@ -82,8 +92,18 @@ class LatencyProfile:
                 tuple(self.target_verify_s.items()),
                 self.uncertainty_s,
                 self.source,
+                self.draft_prefill_token_s,
+                self.target_prefill_token_s,
             )
         )
+
+    def prefill_s(self, prompt_tokens):
+        """Prefill of a prompt of ``prompt_tokens`` tokens on both models [s]: the device's
+        draft, then the edge's target (scalar or array, like its argument)."""
+        out = np.asarray(prompt_tokens, dtype=float) * (
+            self.draft_prefill_token_s + self.target_prefill_token_s
+        )
+        return float(out) if out.ndim == 0 else out
 
     def target_verify(self, gamma: int) -> float:
         """tau_LLM(gamma) [s]: the exact entry, or linear interpolation between the nearest
@@ -110,7 +130,15 @@ class LatencyProfile:
         if not isinstance(d, Mapping):
             raise ValueError(f"a latency profile must be a mapping, got {type(d).__name__}")
         d = {k: v for k, v in d.items() if k != "machine"}
-        valid = {"draft_token_s", "target_token_s", "target_verify_s", "uncertainty_s", "source"}
+        valid = {
+            "draft_token_s",
+            "target_token_s",
+            "target_verify_s",
+            "uncertainty_s",
+            "source",
+            "draft_prefill_token_s",
+            "target_prefill_token_s",
+        }
         unknown = sorted(set(d) - valid)
         if unknown:
             raise ValueError(f"latency profile: unknown key(s) {unknown}; valid: {sorted(valid)}")
@@ -127,6 +155,8 @@ class LatencyProfile:
             "target_verify_s": {str(g): s for g, s in self.target_verify_s.items()},
             "uncertainty_s": self.uncertainty_s,
             "source": self.source,
+            "draft_prefill_token_s": self.draft_prefill_token_s,
+            "target_prefill_token_s": self.target_prefill_token_s,
         }
 
 
