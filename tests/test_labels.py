@@ -232,3 +232,47 @@ def test_label_budget_must_cover_the_decoding_budget(tiny_draft_close, tiny_targ
 )
 def test_marked_answer_hand_cases(text, gold, expected):
     assert marked_answer(text, MARKER, gold) == expected
+
+
+# --------------------------------------------------------------------------------------------
+# Branch caches (edgespec.decoding.branching)
+# --------------------------------------------------------------------------------------------
+
+
+def test_branches_from_cut_caches_equal_uncached_greedy(tiny_target):
+    from edgespec.decoding.branching import greedy_continue
+
+    first = greedy_continue(
+        tiny_target, [None, None, None], PROMPTS[:3], [9, 9, 9], [], pad_token_id=0
+    )
+    assert [c.stopped_by for c in first] == ["budget"] * 3
+    for prompt, cont in zip(PROMPTS[:3], first, strict=True):
+        assert cont.tokens == _greedy(tiny_target, prompt, 9, set(), lambda out: False)
+        assert len(cont.cache) == len(prompt) + 8  # the last token is not fed
+    # Branch each row at a different point, with a different token, ragged.
+    cuts = [0, 3, 7]
+    feeds = [[5], [11, 12], [40]]
+    stop_after = 4
+    branches = greedy_continue(
+        tiny_target,
+        [c.cache.prefix(len(p) + k) for c, p, k in zip(first, PROMPTS[:3], cuts, strict=True)],
+        feeds,
+        [6, 0, 6],
+        [first[2].tokens[0]],
+        stop=lambda row, tokens: row == 0 and len(tokens) == stop_after,
+    )
+    for b, (cont, prompt, k, feed) in enumerate(zip(first, PROMPTS[:3], cuts, feeds, strict=True)):
+        prefix = prompt + cont.tokens[:k] + feed
+        np.testing.assert_allclose(
+            branches[b].first_hidden.numpy(), _state_after(tiny_target, prefix), atol=1e-9
+        )
+        expected = _greedy(
+            tiny_target,
+            prefix,
+            [6, 0, 6][b],
+            {first[2].tokens[0]},
+            lambda out, b=b: b == 0 and len(out) == stop_after,
+        )
+        assert branches[b].tokens == expected
+    assert branches[1].tokens == [] and branches[1].stopped_by == "budget"
+    assert branches[0].stopped_by == "rule" and len(branches[0].tokens) == stop_after
