@@ -15,8 +15,10 @@ from edgespec.wireless.channel import (
     csi_features,
     db_to_linear,
     ergodic_rate_bps,
+    expected_rate_given_gain,
     fading_coefficients,
     fading_power_gain,
+    gauss_markov,
     linear_to_db,
     rician_k_moment_estimate,
     sample_power_gains,
@@ -284,3 +286,48 @@ def test_condition_correlation_is_validated_and_used():
     assert np.array_equal(
         sample_power_gains(cond, 50, rng(9)), fading_power_gain(50, "rayleigh", 0.0, rng(9), 0.7)
     )
+
+
+# ---------------------------------------------------------------- rate given the current CSI
+
+
+@pytest.mark.parametrize("c", [0.5, 0.9])
+@pytest.mark.parametrize("lag", [1, 3])
+def test_expected_rate_given_gain_matches_monte_carlo(c, lag):
+    """E[R_{n+lag} | |h_n|^2 = g] against simulated Gauss-Markov paths started at that gain."""
+    condition = ChannelCondition(
+        name="c", fading="rayleigh", bandwidth_hz=1e6, snr_db=3.0, correlation=c
+    )
+    draws = 200_000
+    generator = rng(5)
+    for g0 in (0.0, 0.02, 0.7, 2.5, 6.0):
+        start = np.full(draws, math.sqrt(g0), dtype=complex)  # the phase does not matter
+        normal = generator.standard_normal((lag, draws, 2))
+        w = (normal[..., 0] + 1j * normal[..., 1]) / math.sqrt(2.0)
+        path = gauss_markov(np.concatenate([start[None], w]), c)
+        rates = uplink_rate_bps(condition, np.abs(path[lag]) ** 2)
+        error = rates.std() / math.sqrt(draws)
+        assert abs(expected_rate_given_gain(condition, g0, lag) - rates.mean()) < 4.5 * error
+
+
+def test_expected_rate_given_gain_limits_and_errors():
+    base = dict(name="c", fading="rayleigh", bandwidth_hz=2e6, snr_db=10.0)
+    independent = ChannelCondition(**base)
+    assert expected_rate_given_gain(independent, 0.01) == pytest.approx(
+        ergodic_rate_bps(independent), rel=1e-9
+    )
+    correlated = ChannelCondition(**base, correlation=0.9)
+    rates = expected_rate_given_gain(correlated, np.array([0.01, 0.3, 1.0, 4.0]))
+    assert np.all(np.diff(rates) > 0)  # a stronger block now predicts a faster one next
+    # Further ahead, the prediction returns to the ergodic rate.
+    far = expected_rate_given_gain(correlated, 4.0, lag=200)
+    assert far == pytest.approx(ergodic_rate_bps(correlated), rel=1e-6)
+    awgn = ChannelCondition(name="a", fading="awgn", bandwidth_hz=1e6, snr_db=0.0)
+    assert expected_rate_given_gain(awgn, 0.2) == pytest.approx(1e6)
+    rician = ChannelCondition(name="r", fading="rician", k_factor=3.0, bandwidth_hz=1e6, snr_db=0.0)
+    with pytest.raises(ChannelError, match="Rayleigh"):
+        expected_rate_given_gain(rician, 1.0)
+    with pytest.raises(ChannelError, match="lag"):
+        expected_rate_given_gain(correlated, 1.0, lag=0)
+    with pytest.raises(ChannelError, match="gain"):
+        expected_rate_given_gain(correlated, -1.0)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -122,6 +125,50 @@ def test_choose_threshold_respects_budget():
     # A coarse grid: the smallest feasible grid point.
     tau_g, tab_g = choose_threshold(q, y, max_accuracy_drop=0.1, grid=[0.0, 0.5, 0.75, 1.0])
     assert tau_g == 0.75 and len(tab_g) == 5
+
+
+def test_choose_threshold_over_csi_states_counts_each_mismatch_once():
+    """A CSI head scored under S states: a mismatch counts as accepted for the fraction of
+    states with q >= tau, so the rates stay per mismatch, like a no-CSI head's."""
+    q = np.array(
+        [
+            [0.9, 0.2],  # unsafe: accepted under one of two states at tau in (0.2, 0.9]
+            [0.8, 0.7],
+            [0.6, 0.1],
+            [0.3, 0.95],  # unsafe
+        ]
+    )
+    y = np.array([0, 1, 1, 0])
+    tau, table = choose_threshold(q, y, max_accuracy_drop=0.125)
+    # tau = 0.95 accepts half of one unsafe mismatch (0.5 / 4 = 0.125); at 0.9 both unsafe
+    # mismatches are half accepted (1 / 4 = 0.25).
+    assert tau == pytest.approx(0.95)
+    row = table.set_index("tau").loc[tau]
+    assert row["unsafe_accept_rate"] <= 0.125 + 1e-12
+    rates = table.set_index("tau")
+    assert rates.loc[0.95, "unsafe_accept_rate"] == pytest.approx(0.5 / 4)
+    assert rates.loc[0.9, "unsafe_accept_rate"] == pytest.approx(1.0 / 4)
+    assert rates.loc[0.9, "accept_rate"] == pytest.approx(1.0 / 4)
+    assert rates.loc[0.7, "safe_accept_rate"] == pytest.approx((1.0 + 0.0) / 2)
+    # One state is the 1-D case.
+    tau_1d, table_1d = choose_threshold(q[:, 0], y, max_accuracy_drop=0.25)
+    tau_2d, table_2d = choose_threshold(q[:, :1], y, max_accuracy_drop=0.25)
+    assert tau_1d == tau_2d
+    pd.testing.assert_frame_equal(table_1d, table_2d)
+
+
+def test_given_split_is_used_and_a_one_class_validation_stops_on_the_loss():
+    xd, xt, csi, y, groups = synthetic(n=600)
+    val = np.flatnonzero(groups < 12)
+    train = np.flatnonzero(groups >= 12)
+    _, metrics = train_head(xd, xt, csi, y, groups, FAST, split=(train, val))
+    assert (metrics["n_train"], metrics["n_val"]) == (len(train), len(val))
+    # Validation rows of one class: no AUC, early stopping on the validation loss.
+    safe_val = val[y[val] == 1]
+    _, metrics = train_head(xd, xt, csi, y, groups, FAST, split=(train, safe_val))
+    assert math.isnan(metrics["val_auc"]) and metrics["val_loss"] > 0
+    with pytest.raises(ValueError, match="both sides"):
+        train_head(xd, xt, csi, y, groups, FAST, split=(train, train[:5]))
 
 
 def test_save_load_round_trip(tmp_path):

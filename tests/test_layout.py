@@ -91,6 +91,8 @@ def test_imports_run_one_way(layer, forbidden):
         "edgespec.cuhlm.summary",
         "edgespec.hardware",
         "edgespec.wisv.evaluate",
+        "edgespec.wisv.summary",
+        "edgespec.wisv.csi",
         "edgespec.wireless.channel",
         "edgespec.wireless.delay",
         "edgespec.wireless.payload",

@@ -1,4 +1,5 @@
-"""Report tables on hand-built inputs, the latency profiler on tiny models, config helpers."""
+"""Report tables on hand-built inputs, the latency profiler on tiny models, config helpers
+(the WISV summary with intervals: test_wisv_summary.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,22 @@ import pandas as pd
 import pytest
 import torch
 
-from edgespec.config import ConfigError, channel_conditions, validate_config, wisv_channels
-from edgespec.hardware import HardwareSpec, roofline_profile
-from edgespec.profiling import measure_latency_profile, measure_vocabulary_operations, topk_ladder
-from edgespec.report import (
-    headline_table,
-    markdown_table,
-    paper_comparison,
-    wisv_comparison,
-    wisv_relative,
+from edgespec.config import (
+    ConfigError,
+    channel_conditions,
+    check_wisv_settings,
+    validate_config,
+    wisv_channels,
 )
+from edgespec.hardware import HardwareSpec, roofline_profile
+from edgespec.profiling import (
+    measure_head_round_s,
+    measure_latency_profile,
+    measure_prefill_token_s,
+    measure_vocabulary_operations,
+    topk_ladder,
+)
+from edgespec.report import headline_table, markdown_table, paper_comparison
 from edgespec.wireless.delay import LatencyProfile
 
 
@@ -69,41 +76,6 @@ def test_paper_comparison_reads_the_named_condition():
     assert skip.iloc[0]["unit"] == "%" and skip.iloc[0]["paper"] == 74.8
 
 
-def test_wisv_relative_and_comparison_hand_case():
-    metrics = pd.DataFrame(
-        [
-            {
-                "variant": "vanilla_sd",
-                "channel": "poor",
-                "gamma": 4,
-                "aal": 2.0,
-                "rounds_per_answer": 10.0,
-                "e2e_latency_s": 5.0,
-                "task_accuracy": 0.5,
-                "semantic_accuracy": 0.8,
-            },
-            {
-                "variant": "wisv_fh",
-                "channel": "poor",
-                "gamma": 4,
-                "aal": 3.0,
-                "rounds_per_answer": 6.0,
-                "e2e_latency_s": 4.0,
-                "task_accuracy": 0.5,
-                "semantic_accuracy": 0.7,
-            },
-        ]
-    )
-    rel = wisv_relative(metrics).set_index("variant")
-    assert rel.loc["wisv_fh", "aal_gain"] == pytest.approx(0.5)
-    assert rel.loc["wisv_fh", "round_reduction"] == pytest.approx(0.4)
-    assert rel.loc["wisv_fh", "latency_reduction"] == pytest.approx(0.2)
-    assert rel.loc["wisv_fh", "accuracy_drop"] == pytest.approx(0.0)
-    comp = wisv_comparison(rel.reset_index()).set_index("metric")
-    assert comp.loc["interaction rounds vs vanilla SD", "ours"] == "-40.0%"
-    assert comp.loc["accepted length (AAL) vs vanilla SD", "ours"] == "+50.0%"
-
-
 def test_markdown_table_formats_nan():
     text = markdown_table(pd.DataFrame({"a": [1.0, math.nan], "b": ["x", "y"]}))
     assert text.splitlines()[0] == "| a | b |" and "n/a" in text
@@ -118,6 +90,30 @@ def test_channel_conditions_are_named_and_checked():
         channel_conditions(bad)
     with pytest.raises(ConfigError, match="wisv.channels.odd"):
         wisv_channels(validate_config({"wisv": {"channels": {"odd": {"fading": "rayleigh"}}}}))
+
+
+def test_wisv_channels_share_the_configured_correlation_and_settings_are_checked():
+    cfg = validate_config({})
+    channels = wisv_channels(cfg)
+    assert {c["correlation"] for c in channels.values()} == {cfg["wisv"]["correlation"]}
+    own = {"fading": "rayleigh", "bandwidth_hz": 1e6, "snr_db": 0.0, "correlation": 0.3}
+    assert (
+        wisv_channels(validate_config({"wisv": {"channels": {"own": own}}}))["own"]["correlation"]
+        == 0.3
+    )
+    check_wisv_settings(cfg)
+    with pytest.raises(ConfigError, match="wisv.label_max_new_tokens"):
+        check_wisv_settings(validate_config({"wisv": {"label_max_new_tokens": 8}}))
+    with pytest.raises(ConfigError, match="wisv.csi_decode_seeds"):
+        check_wisv_settings(
+            validate_config(
+                {"wisv": {"csi_decode_seeds": [0, 5]}, "evaluation": {"fading_seeds": 5}}
+            )
+        )
+    with pytest.raises(ConfigError, match="wisv.relabel.snr_db_range"):
+        check_wisv_settings(validate_config({"wisv": {"relabel": {"snr_db_range": [10, 0]}}}))
+    with pytest.raises(ConfigError, match="wisv.variants"):
+        validate_config({"wisv": {"variants": ["head_magic"]}})
 
 
 def test_latency_profile_is_measured_on_tiny_models(tiny_target, tiny_draft_close):
@@ -169,3 +165,23 @@ def test_paper_hardware_profile_is_the_roofline_of_the_stated_figures():
         HardwareSpec.from_dict({**spec.__dict__, "clock_ghz": 1.0})
     with pytest.raises(ValueError, match="device_bandwidth_gb_s"):
         HardwareSpec.from_dict({**spec.__dict__, "device_bandwidth_gb_s": 0})
+
+
+def test_wisv_prefill_and_head_time_are_measured_on_tiny_models(tiny_target):
+    from edgespec.wisv.head import DecisionHead
+
+    per_token = measure_prefill_token_s(tiny_target, list(range(1, 21)), repeats=3)
+    assert 0 < per_token < 1
+    head = DecisionHead(8, 6, 2)
+    assert measure_head_round_s(head, 4, [1.0, 2.0], repeats=3) > 0
+    assert measure_head_round_s(DecisionHead(8, 6, 0), 4, None, repeats=3) > 0
+    with pytest.raises(ValueError):
+        measure_prefill_token_s(tiny_target, [], repeats=1)
+    profile = LatencyProfile(
+        draft_token_s=0.1,
+        target_token_s=0.2,
+        draft_prefill_token_s=0.01,
+        target_prefill_token_s=0.03,
+    )
+    assert profile.prefill_s(10) == pytest.approx(0.4)
+    assert LatencyProfile.from_dict(profile.to_dict()) == profile

@@ -1,4 +1,5 @@
-"""WISV: label mining, semantic acceptance rules, per-channel decoding and round latencies."""
+"""WISV: acceptance rules, channel-free and per-channel decoding, common fading across variants,
+round latencies and per-answer costs (label mining: test_labels.py)."""
 
 from __future__ import annotations
 
@@ -9,28 +10,32 @@ import pandas as pd
 import pytest
 import torch
 
-from edgespec.data.answers import extract_final_number
 from edgespec.decoding.engine import DecodingConfig, generate_tokenwise, strict_acceptance
 from edgespec.wireless.channel import ChannelCondition, csi_features, uplink_rate_bps
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.acceptance import head_acceptance, topk_acceptance
-from edgespec.wisv.decode import ROUND_COLUMNS, decode_wisv
+from edgespec.wisv.decode import CHANNEL_FREE, ROUND_COLUMNS, decode_wisv
 from edgespec.wisv.evaluate import (
     VARIANTS,
-    draw_round_gains,
+    attach_channel,
+    fading_seed,
+    price_over_seeds,
+    prompt_costs,
+    round_gains,
     round_latencies,
     round_uplink_bits,
     wisv_metrics,
 )
 from edgespec.wisv.head import REJECT_ALL_TAU, DecisionHead
-from edgespec.wisv.labels import LABEL_COLUMNS, mine_labels
 
 VOCAB = 61
 HIDDEN = 32
 MAX_NEW = 12
 GAMMA = 3
 CSI_NAMES = ["snr_db_instantaneous", "rate_mbps"]
-CONDITION = ChannelCondition(name="poor", fading="rayleigh", bandwidth_hz=1e6, snr_db=5.0)
+CONDITION = ChannelCondition(
+    name="poor", fading="rayleigh", bandwidth_hz=1e6, snr_db=5.0, correlation=0.8
+)
 
 
 def _prompts(seed: int = 0, lengths=(5, 9, 3, 7)) -> list[list[int]]:
@@ -68,7 +73,7 @@ def _decode(variant, draft, target, acceptance, seed=5, batch_size=2, csi=True, 
         GAMMA,
         acceptance,
         CONDITION,
-        np.random.default_rng(seed),
+        fading_seed(seed, 0),
         _encoder if csi else None,
     )
 
@@ -186,7 +191,7 @@ def test_intermediate_threshold_accepts_some_mismatches(
 
 
 def test_common_random_numbers_across_variants(vanilla, tiny_draft_independent, tiny_target):
-    gains = draw_round_gains(CONDITION, len(PROMPTS), MAX_NEW, np.random.default_rng(5))
+    gains = round_gains(CONDITION, IDS, MAX_NEW, fading_seed(5, 0))
     other, _ = _decode(
         "topk_accept", tiny_draft_independent, tiny_target, topk_acceptance(VOCAB), batch_size=3
     )
@@ -196,6 +201,87 @@ def test_common_random_numbers_across_variants(vanilla, tiny_draft_independent, 
     both = vanilla[0].merge(other, on=["prompt_id", "round"], suffixes=("_a", "_b"))
     assert len(both) > 0
     np.testing.assert_array_equal(both["gain_a"], both["gain_b"])
+
+
+def test_channel_free_decode_equals_channel_decode_of_a_blind_variant(
+    vanilla, tiny_draft_independent, tiny_target
+):
+    rounds, completions = decode_wisv(
+        "vanilla_sd",
+        tiny_draft_independent,
+        tiny_target,
+        PROMPTS,
+        IDS,
+        _cfg(),
+        GAMMA,
+        None,
+        None,
+    )
+    assert completions == vanilla[1]
+    assert (rounds["condition"] == CHANNEL_FREE).all() and rounds["gain"].isna().all()
+    assert (
+        rounds["prompt_tokens"]
+        == rounds["prompt_id"].map(dict(zip(IDS, map(len, PROMPTS), strict=True)))
+    ).all()
+    # Priced under the decode's seed, the channel-free rounds are the channel decode's rounds.
+    priced = attach_channel(rounds, CONDITION, fading_seed(5, 0))
+    _same_rounds(priced, vanilla[0])
+    with pytest.raises(ValueError, match="fading_seed"):
+        decode_wisv(
+            "vanilla_sd",
+            tiny_draft_independent,
+            tiny_target,
+            PROMPTS,
+            IDS,
+            _cfg(),
+            GAMMA,
+            None,
+            CONDITION,
+        )
+    with pytest.raises(ValueError, match="CSI encoder"):
+        decode_wisv(
+            "wisv_fh",
+            tiny_draft_independent,
+            tiny_target,
+            PROMPTS,
+            IDS,
+            _cfg(),
+            GAMMA,
+            None,
+            None,
+            csi_encoder=_encoder,
+        )
+
+
+def test_head_decisions_read_the_rounds_csi(tiny_draft_independent, tiny_target):
+    """A head that looks only at the instantaneous SNR accepts a mismatch iff that round's SNR
+    is above 5 dB: the acceptance rule must hand the round's own CSI to the head."""
+    head = DecisionHead(HIDDEN, HIDDEN, 2)
+    with torch.no_grad():
+        head.net.weight.zero_()
+        head.net.weight[0, 2 * HIDDEN] = 4.0  # snr_db_instantaneous
+        head.net.bias.fill_(-4.0 * 5.0)
+    seen = []
+    inner = head_acceptance(head, 0.5)
+
+    def recording(round_, generator):
+        verdict = inner(round_, generator)
+        seen.append((round_.csi[:, 0].clone(), round_.draft_tokens, round_.target_logits, verdict))
+        return verdict
+
+    _decode("wisv_fh", tiny_draft_independent, tiny_target, recording, seed=11)
+    accepted_mismatch = 0
+    for snr, drafts, logits, verdict in seen:
+        mismatch = drafts != logits[:, :GAMMA].argmax(-1)
+        for row in range(len(snr)):
+            first = int(mismatch[row].nonzero()[0]) if mismatch[row].any() else GAMMA
+            if first == GAMMA:
+                continue
+            expected = bool(snr[row] > 5.0)  # the head's verdict on the first mismatch
+            assert (int(verdict.num_accepted[row]) > first) == expected
+            accepted_mismatch += expected
+    assert accepted_mismatch > 0
+    assert any(bool((s <= 5.0).any()) for s, *_ in seen)
 
 
 def test_round_sees_its_own_csi(tiny_draft_close, tiny_target):
@@ -277,6 +363,9 @@ def test_round_latencies_hand_computed():
     np.testing.assert_allclose(vanilla, [0.09 + 24 / 1e4 + rtt] * 2 + [0.09 + 24 / 2e4 + rtt])
     np.testing.assert_allclose(round_latencies(rounds, "head_no_csi", PARAMS, PROFILE, rtt, 4), fh)
     np.testing.assert_allclose(
+        round_latencies(rounds, "head_relabel_no_csi", PARAMS, PROFILE, rtt, 4), fh
+    )
+    np.testing.assert_allclose(
         round_latencies(rounds, "topk_accept", PARAMS, PROFILE, rtt, 4), vanilla
     )
     # Decision-head time is charged to head variants in rounds with a mismatch.
@@ -306,6 +395,86 @@ def test_wisv_metrics_hand_computed():
     assert math.isnan(wisv_metrics(rounds, lat)["uplink_bytes_per_token"])
 
 
+def test_prompt_costs_add_the_prefill_hand_computed():
+    rounds = _hand_rounds().assign(prompt_tokens=[7, 7, 3])
+    profile = LatencyProfile(
+        draft_token_s=0.01,
+        target_token_s=0.02,
+        target_verify_s={4: 0.05},
+        draft_prefill_token_s=0.001,
+        target_prefill_token_s=0.002,
+    )
+    costs = prompt_costs(rounds, [0.1, 0.2, 0.4], [24.0, 24.0, 30.0], profile)
+    assert costs["prompt_id"].tolist() == ["a", "b"]
+    np.testing.assert_allclose(costs["prefill_s"], [7 * 0.003, 3 * 0.003])
+    np.testing.assert_allclose(costs["latency_s"], [0.3 + 0.021, 0.4 + 0.009])
+    assert costs["rounds"].tolist() == [2, 1] and costs["tokens"].tolist() == [7, 3]
+    assert costs["uplink_bits"].tolist() == [48.0, 30.0]
+    assert costs["semantic_accepts"].tolist() == [0, 1]
+
+
+def _blind_rounds(prompts=("a", "b", "c"), num_rounds=(3, 5, 2), gamma=4):
+    rows = []
+    for pid, n in zip(prompts, num_rounds, strict=True):
+        for r in range(n):
+            rows.append(
+                {
+                    "prompt_id": pid,
+                    "prompt_tokens": 5,
+                    "round": r,
+                    "num_drafted": gamma,
+                    "num_accepted": 1,
+                    "num_committed": 2,
+                    "num_mismatches": 1,
+                    "num_semantic_accepts": 0,
+                    "gain": np.nan,
+                    "rate_bps": np.nan,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_every_variant_channel_and_gamma_sees_the_same_draw_per_prompt_round_and_seed():
+    poor = CONDITION
+    good = ChannelCondition(
+        name="good", fading="rayleigh", bandwidth_hz=2e7, snr_db=20.0, correlation=0.8
+    )
+    seed = fading_seed(9, 3)
+    short = attach_channel(_blind_rounds(), poor, seed)
+    # Another channel, another gamma (other round counts), another set of prompts.
+    other = attach_channel(_blind_rounds(("c", "a"), (6, 4), gamma=8), good, seed)
+    both = short.merge(other, on=["prompt_id", "round"], suffixes=("_x", "_y"))
+    assert len(both) == 2 + 3
+    np.testing.assert_array_equal(both["gain_x"], both["gain_y"])
+    # A prompt's rounds follow the Gauss-Markov stream of its own seed.
+    stream = round_gains(poor, ["b"], 5, seed)[0]
+    np.testing.assert_array_equal(short.loc[short["prompt_id"] == "b", "gain"], stream)
+    # Other fading seeds give other draws.
+    again = attach_channel(_blind_rounds(), poor, fading_seed(9, 4))
+    assert not np.allclose(again["gain"], short["gain"])
+
+
+def test_price_over_seeds_reprices_blind_rounds_and_checks_csi_decodes():
+    profile = LatencyProfile(draft_token_s=0.01, target_token_s=0.02, target_verify_s={4: 0.05})
+    blind = _blind_rounds()
+    costs = price_over_seeds(
+        {s: blind for s in range(4)}, "wisv_fh", CONDITION, PARAMS, profile, 4, seed=9, head_s=0.01
+    )
+    assert sorted(costs["fading_index"].unique()) == [0, 1, 2, 3]
+    for s in range(4):
+        priced = attach_channel(blind, CONDITION, fading_seed(9, s))
+        lat = round_latencies(priced, "wisv_fh", PARAMS, profile, CONDITION.rtt_s, 4, head_s=0.01)
+        per_prompt = pd.Series(lat).groupby(priced["prompt_id"].to_numpy(), sort=False).sum()
+        got = costs[costs["fading_index"] == s].set_index("prompt_id")["latency_s"]
+        np.testing.assert_allclose(got[per_prompt.index], per_prompt.to_numpy())
+    # A CSI-reading variant's decode carries its gains; priced under another seed, it is refused.
+    decoded = attach_channel(blind, CONDITION, fading_seed(9, 0))
+    ok = price_over_seeds({0: decoded}, "wisv_sh", CONDITION, PARAMS, profile, 4, seed=9)
+    assert ok["fading_index"].unique().tolist() == [0]
+    with pytest.raises(ValueError, match="other gains"):
+        price_over_seeds({1: decoded}, "wisv_sh", CONDITION, PARAMS, profile, 4, seed=9)
+
+
 def test_metrics_of_a_decoded_run(vanilla):
     rounds, completions = vanilla
     lat = round_latencies(
@@ -319,133 +488,14 @@ def test_metrics_of_a_decoded_run(vanilla):
     m = wisv_metrics(rounds, lat, round_uplink_bits(rounds, "vanilla_sd", PARAMS, GAMMA))
     assert m["num_tokens"] == sum(len(c) for c in completions)
     assert 1.0 <= m["aal"] <= GAMMA + 1
-    assert set(VARIANTS) == {"vanilla_sd", "topk_accept", "head_no_csi", "wisv_fh", "wisv_sh"}
-
-
-# --------------------------------------------------------------------------------------------
-# Label mining
-# --------------------------------------------------------------------------------------------
-
-
-def _answer_text(ids: list[int]) -> str:
-    """A toy "answer": the parity of the last token, so substitutions change it half the time."""
-    return f"the answer is {ids[-1] % 2}" if ids else ""
-
-
-def _letters(ids: list[int]) -> str:
-    return "".join(chr(97 + t % 26) for t in ids)
-
-
-def _exact(a: list[str], b: list[str]) -> list[float]:
-    return [1.0 if x == y else 0.0 for x, y in zip(a, b, strict=True)]
-
-
-@pytest.fixture(scope="module")
-def mined(tiny_draft_close, tiny_target):
-    return mine_labels(
-        tiny_draft_close,
-        tiny_target,
-        PROMPTS,
-        IDS,
-        [None] * len(PROMPTS),
-        MAX_NEW,
-        [],
-        0,
-        3,
-        _answer_text,
-        None,
-        0.5,
-        None,
-    )
-
-
-def test_mine_labels_shapes_and_labels(mined, tiny_draft_close, tiny_target):
-    table, h_draft, h_target = mined
-    assert list(table.columns) == list(LABEL_COLUMNS)
-    assert len(table) > 0
-    assert h_draft.shape == (len(table), HIDDEN) and h_target.shape == (len(table), HIDDEN)
-    assert set(table["label"]) <= {0, 1} and set(table["label"]) == {0, 1}
-    np.testing.assert_array_equal(table["risk"], table["label"].astype(float))
-    assert table["answer_task"].all() and table["similarity"].isna().all()
-    assert (table["draft_token"] != table["target_token"]).all()
-    for _, group in table.groupby("prompt_id"):
-        assert group["step"].tolist() == list(range(len(group)))
-        assert group["position"].is_monotonic_increasing and group["position"].is_unique
-    # Hidden-state convention: the states that proposed / scored the token at the position.
-    with torch.no_grad():
-        d_choice = tiny_draft_close.lm_head(torch.as_tensor(h_draft, dtype=torch.float64))
-        t_choice = tiny_target.lm_head(torch.as_tensor(h_target, dtype=torch.float64))
-    np.testing.assert_array_equal(d_choice.argmax(-1).numpy(), table["draft_token"])
-    np.testing.assert_array_equal(t_choice.argmax(-1).numpy(), table["target_token"])
-
-
-def test_mine_labels_first_mismatch_matches_direct_computation(
-    mined, target_greedy, tiny_draft_close, tiny_target
-):
-    """Step 0 of each prompt, recomputed one prompt at a time with Hugging Face forwards."""
-    table, h_draft, h_target = mined
-    for i, prompt in enumerate(PROMPTS):
-        rows = table.index[(table["prompt_id"] == IDS[i]) & (table["step"] == 0)]
-        response = target_greedy[i]
-        seq = torch.tensor([prompt + response])
-        with torch.no_grad():
-            d_out = tiny_draft_close(seq, output_hidden_states=True)
-            t_out = tiny_target(seq, output_hidden_states=True)
-        start = len(prompt) - 1
-        choice = d_out.logits[0, start : start + len(response)].argmax(-1).tolist()
-        mism = [p for p, (c, r) in enumerate(zip(choice, response, strict=True)) if c != r]
-        if not mism:
-            assert len(rows) == 0
-            continue
-        (row,) = rows
-        p = mism[0]
-        assert table.loc[row, "position"] == p and table.loc[row, "draft_token"] == choice[p]
-        np.testing.assert_allclose(
-            h_draft[row], d_out.hidden_states[-1][0, start + p].numpy(), rtol=1e-5, atol=1e-5
-        )
-        np.testing.assert_allclose(
-            h_target[row], t_out.hidden_states[-1][0, start + p].numpy(), rtol=1e-5, atol=1e-5
-        )
-        prefix = prompt + response[:p] + [choice[p]]
-        budget = MAX_NEW - p - 1
-        tail = []
-        if budget > 0:
-            out = tiny_target.generate(
-                torch.tensor([prefix]),
-                max_new_tokens=budget,
-                min_new_tokens=budget,
-                do_sample=False,
-            )
-            tail = out[0, len(prefix) :].tolist()
-        alt = response[:p] + [choice[p]] + tail
-        changed = extract_final_number(_answer_text(alt)) != extract_final_number(
-            _answer_text(response)
-        )
-        assert table.loc[row, "label"] == int(changed)
-
-
-def test_mine_labels_open_text_and_cap(tiny_draft_close, tiny_target):
-    table, h_draft, h_target = mine_labels(
-        tiny_draft_close,
-        tiny_target,
-        PROMPTS[:2],
-        IDS[:2],
-        [None, None],
-        8,
-        [],
-        0,
-        2,
-        _letters,
-        _exact,
-        0.5,
-        2,
-    )
-    assert len(table) == len(h_draft) == len(h_target)
-    assert (table.groupby("prompt_id").size() <= 2).all()
-    assert not table["answer_task"].any()
-    # Exact-match similarity: every substitution changes the text, so all are important.
-    assert (table["label"] == 1).all() and (table["risk"] == 1.0).all()
-    assert (table["similarity"] == 0.0).all()
+    assert set(VARIANTS) == {
+        "vanilla_sd",
+        "topk_accept",
+        "head_no_csi",
+        "head_relabel_no_csi",
+        "wisv_fh",
+        "wisv_sh",
+    }
 
 
 def test_greedy_equivalence_check_accepts_equal_and_rejects_real_divergence(tiny_target):

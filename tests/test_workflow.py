@@ -28,6 +28,7 @@ COMPARED = [
     "results/report/cuhlm_summary.csv",
     "results/report/cuhlm_headline.csv",
     "results/report/wisv_summary.csv",
+    "results/report/wisv_headline.csv",
 ]
 
 
@@ -167,7 +168,33 @@ def test_smoke_run_reports_every_variant(smoke_run):
         assert text in markdown, text
     wisv = pd.read_csv(smoke_run / "results/report/wisv_summary.csv")
     assert set(wisv["variant"]) == set(WISV_VARIANTS)
+    assert "head_relabel_no_csi" in set(wisv["variant"])
     assert set(wisv["channel"]) == {"poor", "good"}
+    # Common fading: channel-blind variants over every fading seed, the CSI head over its
+    # decoded seeds; every figure with its intervals.
+    seeds = wisv.set_index("variant")["seeds"]
+    assert (seeds.drop(["wisv_fh", "wisv_sh"]) == 20).all() and (
+        seeds[["wisv_fh", "wisv_sh"]] == 1
+    ).all()
+    for column in ("e2e_latency_s", "latency_reduction", "aal", "rounds_per_answer"):
+        assert {column, f"{column}_lo", f"{column}_hi", f"{column}_seed_lo"} <= set(wisv.columns)
+    for column in ("task_accuracy", "semantic_accuracy", "answer_fidelity", "accuracy_drop"):
+        assert {column, f"{column}_lo", f"{column}_hi"} <= set(wisv.columns)
+    vanilla = wisv[wisv["variant"] == "vanilla_sd"]
+    assert np.allclose(vanilla["latency_reduction"], 0.0)
+    headline = pd.read_csv(smoke_run / "results/report/wisv_headline.csv")
+    assert list(headline.columns) == [
+        "metric",
+        "paper",
+        "ours",
+        "ours_lo",
+        "ours_hi",
+        "unit",
+        "where",
+    ]
+    assert len(headline) == 4 and (headline["ours_lo"] <= headline["ours_hi"]).all()
+    markdown = (smoke_run / "results/report/wisv_summary.md").read_text()
+    assert "from the stated answers" in markdown and "head_relabel_no_csi" in markdown
     for name in (
         "cuhlm_throughput_vs_snr",
         "cuhlm_gain_vs_snr",

@@ -144,12 +144,14 @@ def cuhlm_variants(config: dict) -> list[str]:
 
 
 def wisv_channels(config: dict) -> dict[str, dict]:
-    """The WISV channel conditions as {name: ChannelCondition fields}, checked now."""
+    """The WISV channel conditions as {name: ChannelCondition fields}, checked now; a channel
+    without its own ``correlation`` gets ``wisv.correlation`` (the relabeling's CSI samples use
+    it too)."""
     from edgespec.wireless.channel import ChannelCondition, ChannelError
 
     out = {}
     for name, fields in config["wisv"]["channels"].items():
-        spec = {"name": name, **fields}
+        spec = {"name": name, "correlation": config["wisv"]["correlation"], **fields}
         try:
             ChannelCondition.from_dict(spec)
         except ChannelError as err:
@@ -161,6 +163,28 @@ def wisv_channels(config: dict) -> dict[str, dict]:
 def wisv_variants(config: dict) -> list[str]:
     wanted = set(config["wisv"]["variants"]) | {"vanilla_sd"}
     return [v for v in WISV_VARIANTS if v in wanted]
+
+
+def check_wisv_settings(config: dict) -> None:
+    """Relations between WISV keys that the schema cannot state, checked before any job."""
+    wisv = config["wisv"]
+    if wisv["label_max_new_tokens"] < wisv["max_new_tokens"]:
+        raise ConfigError(
+            f"config key 'wisv.label_max_new_tokens': {wisv['label_max_new_tokens']} is below "
+            f"wisv.max_new_tokens ({wisv['max_new_tokens']}); labels need at least the decoding "
+            "budget"
+        )
+    seeds = config["evaluation"]["fading_seeds"]
+    too_large = [s for s in wisv["csi_decode_seeds"] if s >= seeds]
+    if too_large:
+        raise ConfigError(
+            f"config key 'wisv.csi_decode_seeds': {too_large} not below "
+            f"evaluation.fading_seeds ({seeds})"
+        )
+    for key in ("snr_db_range", "rtt_s_range", "bandwidth_hz_range"):
+        span = wisv["relabel"][key]
+        if span is not None and span[0] > span[1]:
+            raise ConfigError(f"config key 'wisv.relabel.{key}': low {span[0]} > high {span[1]}")
 
 
 def schema_reference_markdown(schema: dict | None = None) -> str:

@@ -241,13 +241,13 @@ def safe_vs_channel(safe: pd.DataFrame, base_safe_fraction: float, path, subtitl
     """Fraction of mismatches relabeled safe against the repair cost of each CSI sample."""
     fig, ax = plt.subplots(figsize=(6, 4))
     sc = ax.scatter(
-        safe["repair_cost_s"], safe["safe_fraction"], c=safe["snr_db_mean"], cmap="viridis"
+        safe["repair_cost"], safe["safe_fraction"], c=safe["snr_db_mean"], cmap="viridis"
     )
     fig.colorbar(sc, ax=ax, label="average SNR of the CSI sample (dB)")
     if not np.isnan(base_safe_fraction):
         ax.axhline(base_safe_fraction, color="grey", ls="--", label="safe before relabeling")
         ax.legend(fontsize=8)
-    ax.set_xlabel("repair cost under the CSI (s, one extra round)")
+    ax.set_xlabel(r"repair cost under the CSI (rounds of compute $T_0$)")
     ax.set_ylabel("fraction of mismatches labeled safe")
     _subtitle(ax, subtitle)
     _save(fig, path)
@@ -289,11 +289,24 @@ def latency_vs_channel(curves: dict, path, subtitle=None) -> None:
 
 
 def aal_vs_gamma(summary: pd.DataFrame, path, subtitle=None) -> None:
-    """Accepted length per round against gamma, per variant and channel."""
+    """Accepted length per round against gamma, per variant and channel (with the bootstrap
+    interval over prompts where the summary has one)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for (variant, channel), rows in summary.groupby(["variant", "channel"], sort=False):
         rows = rows.sort_values("gamma")
-        ax.plot(rows["gamma"], rows["aal"], "o-", ms=3, label=f"{variant} ({channel})")
+        if {"aal_lo", "aal_hi"} <= set(rows.columns):
+            err = np.vstack([rows["aal"] - rows["aal_lo"], rows["aal_hi"] - rows["aal"]])
+            ax.errorbar(
+                rows["gamma"],
+                rows["aal"],
+                yerr=np.clip(err, 0, None),
+                fmt="o-",
+                ms=3,
+                capsize=2,
+                label=f"{variant} ({channel})",
+            )
+        else:
+            ax.plot(rows["gamma"], rows["aal"], "o-", ms=3, label=f"{variant} ({channel})")
     ax.set_xlabel(r"draft length $\gamma$")
     ax.set_ylabel("tokens committed per round (AAL)")
     ax.legend(fontsize=6, ncol=2)

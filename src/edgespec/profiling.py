@@ -138,3 +138,42 @@ def measure_vocabulary_operations(
         for k in topk_ladder(vocab)
     }
     return {"online_k_s": online_k_s, "topk_s": topk_s}
+# ---------------------------------------------------------------------------------------------
+# WISV: prompt prefill and the decision head (methods §4.3)
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def measure_prefill_token_s(model: torch.nn.Module, prompt: Sequence[int], repeats: int) -> float:
+    """Median time of one uncached forward over ``prompt`` (a prefill), per prompt token [s]."""
+    if len(prompt) < 1:
+        raise ValueError("need a non-empty prompt to time a prefill")
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt)], device=device)
+
+    def run():
+        model(input_ids=ids, use_cache=True, logits_to_keep=1)
+
+    return _median_time(run, repeats) / len(prompt)
+
+
+@torch.inference_mode()
+def measure_head_round_s(head: torch.nn.Module, gamma: int, csi, repeats: int) -> float:
+    """Median time [s] of one decision-head evaluation over a round's ``gamma`` positions (the
+    edge runs it once per round with a mismatch), with random inputs of the head's sizes and
+    ``csi`` ([d_csi] or [1, d_csi]) for a head that reads the CSI (``d_draft``, ``d_target``,
+    ``d_csi`` attributes of ``edgespec.wisv.head.DecisionHead``)."""
+    if gamma < 1:
+        raise ValueError(f"gamma must be >= 1, got {gamma}")
+    generator = torch.Generator().manual_seed(0)
+    dtype = next(head.parameters()).dtype
+    h_draft = torch.randn((1, gamma, head.d_draft), generator=generator, dtype=dtype)
+    h_target = torch.randn((1, gamma, head.d_target), generator=generator, dtype=dtype)
+    features = None
+    if head.d_csi:
+        features = torch.as_tensor(csi, dtype=dtype).reshape(1, 1, head.d_csi)
+
+    def run():
+        torch.sigmoid(head(h_draft, h_target, features))
+
+    return _median_time(run, repeats)

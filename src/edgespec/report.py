@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 
@@ -214,53 +213,3 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *body])
-
-
-WISV_REFERENCES = (
-    # (metric, paper, column, pick the best setting?, sign shown: +1 gain, -1 reduction)
-    ("accepted length (AAL) vs vanilla SD", "+60.8%", "aal_gain", True, 1),
-    ("interaction rounds vs vanilla SD", "-37.3%", "round_reduction", True, -1),
-    ("end-to-end latency vs vanilla SD (simulation)", "-31.4%", "latency_reduction", True, -1),
-    ("task-accuracy drop vs vanilla SD (points)", "< 1", "accuracy_drop", False, 1),
-)
-
-
-def wisv_relative(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Add gains and reductions relative to vanilla SD on the same channel and gamma."""
-    ref = metrics[metrics["variant"] == "vanilla_sd"].set_index(["channel", "gamma"])
-    out = metrics.copy()
-    key = list(zip(out["channel"], out["gamma"], strict=True))
-
-    def ref_of(column):
-        return np.array([ref.loc[k, column] if k in ref.index else np.nan for k in key])
-
-    out["aal_gain"] = out["aal"] / ref_of("aal") - 1
-    out["round_reduction"] = 1 - out["rounds_per_answer"] / ref_of("rounds_per_answer")
-    out["latency_reduction"] = 1 - out["e2e_latency_s"] / ref_of("e2e_latency_s")
-    out["accuracy_drop"] = ref_of("task_accuracy") - out["task_accuracy"]
-    out["semantic_drop"] = ref_of("semantic_accuracy") - out["semantic_accuracy"]
-    return out.sort_values(["gamma", "channel", "variant"], kind="stable").reset_index(drop=True)
-
-
-def wisv_comparison(summary: pd.DataFrame, variants=("wisv_fh", "wisv_sh")) -> pd.DataFrame:
-    """The paper's headline numbers beside ours: the best WISV setting for each gain, and the
-    accuracy drop at the setting with the best latency reduction."""
-    ours = summary[summary["variant"].isin(variants)]
-    rows = []
-    if ours.empty:
-        return pd.DataFrame(columns=["metric", "paper", "ours", "our_setting"])
-    best_latency = ours.loc[ours["latency_reduction"].fillna(-np.inf).idxmax()]
-    for metric, paper, column, pick_best, sign in WISV_REFERENCES:
-        row = ours.loc[ours[column].fillna(-np.inf).idxmax()] if pick_best else best_latency
-        value = row[column]
-        unit = "%" if pick_best else ""
-        text = "n/a" if pd.isna(value) else f"{100 * sign * value:+.1f}{unit}"
-        rows.append(
-            {
-                "metric": metric,
-                "paper": paper,
-                "ours": text,
-                "our_setting": f"{row['variant']}, {row['channel']}, gamma={row['gamma']}",
-            }
-        )
-    return pd.DataFrame(rows)

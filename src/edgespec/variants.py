@@ -41,4 +41,17 @@ RECONSTRUCTION_SAMPLING_VARIANTS = ("cuhlm_exact",)
 """Variants whose device draws d(t) from the top-k reconstruction x_hat it would upload, so it
 builds x_hat for every token, skipped or not (charged one top-k extraction per token)."""
 
-WISV_VARIANTS = ("vanilla_sd", "topk_accept", "head_no_csi", "wisv_fh", "wisv_sh")
+WISV_VARIANTS = (
+    "vanilla_sd",
+    "topk_accept",
+    "head_no_csi",
+    "head_relabel_no_csi",
+    "wisv_fh",
+    "wisv_sh",
+)
+"""WISV-study variants: ``head_no_csi`` (original labels) and ``head_relabel_no_csi`` (the
+relabeled labels, no CSI features) are the ablations of ``wisv_fh``/``wisv_sh``."""
+
+WISV_CSI_VARIANTS = ("wisv_fh", "wisv_sh")
+"""WISV variants whose decisions read the round's CSI: decoded per channel and fading seed
+(one decode serves both protocols); the others are decoded once, channel-free."""

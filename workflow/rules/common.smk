@@ -8,15 +8,18 @@ from edgespec.config import (
     channel_conditions,
     check_inputs_exist,
     check_model_settings,
+    check_wisv_settings,
     cuhlm_variants,
     validate_config,
     wisv_channels,
     wisv_variants,
 )
+from edgespec.variants import WISV_CSI_VARIANTS
 
 config.update(validate_config(config))
 check_inputs_exist(config)
 check_model_settings(config)
+check_wisv_settings(config)
 
 MODELS = config["models"]
 MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
@@ -35,9 +38,11 @@ CHANNELS = channel_conditions(config)
 CUHLM_VARIANTS = cuhlm_variants(config)
 WISV_CHANNELS = wisv_channels(config)
 WISV_VARIANTS = wisv_variants(config)
-# Variants whose decisions read the round's CSI are decoded per channel; the others once
-# ("any") and priced per channel afterwards.
-CSI_VARIANTS = ("wisv_fh", "wisv_sh")
+# Variants whose decisions read the round's CSI are decoded per channel and fading seed (one
+# "wisv" decode serves both protocols); the others once, channel-free ("any"), and priced per
+# channel and fading seed afterwards.
+CSI_VARIANTS = WISV_CSI_VARIANTS
+CSI_DECODE_SEEDS = config["wisv"]["csi_decode_seeds"]
 # Every draft length some stage prices must have a measured verification time.
 PROFILE_GAMMAS = sorted(
     set(config["latency"]["gammas"])
@@ -50,9 +55,11 @@ wildcard_constraints:
     dataset="|".join(DATASETS),
     variant="[a-z_]+",
     channel="[a-z]+_snr-?[0-9.]+",
-    wvariant="vanilla_sd|topk_accept|head_no_csi|wisv_fh|wisv_sh|wisv",
+    wvariant="vanilla_sd|topk_accept|head_no_csi|head_relabel_no_csi|wisv_fh|wisv_sh|wisv",
     wchannel="[a-z][a-z0-9]*",
     gamma="[0-9]+",
+    fseed="[0-9]+",
+    wdecode="[a-z_]+/g[0-9]+/(any|[a-z][a-z0-9]*/s[0-9]+)",
 
 
 def model_dir_of(wildcards, input):
@@ -99,24 +106,55 @@ def dataset_spec(wildcards):
     return config["data"]["datasets"][wildcards.dataset]
 
 
-def _wisv_decode_path(wildcards, ext):
-    """wisv_fh and wisv_sh make the same decisions: one 'wisv' decode per channel serves both."""
-    if wildcards.wvariant in CSI_VARIANTS:
-        return f"results/wisv/decode/wisv/g{wildcards.gamma}/{wildcards.wchannel}.{ext}"
-    return f"results/wisv/decode/{wildcards.wvariant}/g{wildcards.gamma}/any.{ext}"
+WISV_HEADS = {
+    "head_no_csi": "results/wisv/head/no_csi_head.pt",
+    "head_relabel_no_csi": "results/wisv/head/relabel_no_csi_head.pt",
+    "wisv": "results/wisv/head/wisv_head.pt",
+}
+
+
+def wisv_decodes(variant, gamma, channel):
+    """The decode stems (under results/wisv/decode/) a variant's figures at one channel and
+    gamma come from: per fading seed for the CSI-reading variants, one channel-free decode for
+    the others."""
+    if variant in CSI_VARIANTS:
+        return [f"wisv/g{gamma}/{channel}/s{s}" for s in CSI_DECODE_SEEDS]
+    return [f"{variant}/g{gamma}/any"]
 
 
 def wisv_decoded_rounds(wildcards):
-    return _wisv_decode_path(wildcards, "parquet")
-
-
-def wisv_decoded_completions(wildcards):
-    return _wisv_decode_path(wildcards, "jsonl")
+    return [
+        f"results/wisv/decode/{stem}.parquet"
+        for stem in wisv_decodes(
+            wildcards.wvariant, wildcards.gamma, wildcards.wchannel
+        )
+    ]
 
 
 def wisv_head_inputs(wildcards):
-    if wildcards.wvariant == "head_no_csi":
-        return ["results/wisv/head/no_csi_head.pt", "results/wisv/head/metrics.json"]
-    if wildcards.wvariant == "wisv":
-        return ["results/wisv/head/wisv_head.pt", "results/wisv/head/metrics.json"]
+    if wildcards.wvariant in WISV_HEADS:
+        return [WISV_HEADS[wildcards.wvariant], "results/wisv/head/metrics.json"]
     return []
+
+
+def wisv_head_metrics(wildcards):
+    """Head variants are charged the head's measured time per round (train_head measures it)."""
+    if wildcards.wvariant == "vanilla_sd" or wildcards.wvariant == "topk_accept":
+        return []
+    return ["results/wisv/head/metrics.json"]
+
+
+def wisv_vanilla_completions(wildcards):
+    gamma = wildcards.wdecode.split("/")[1]
+    return f"results/wisv/decode/vanilla_sd/{gamma}/any.jsonl"
+
+
+def wisv_score_files():
+    stems = {
+        stem
+        for variant in WISV_VARIANTS
+        for gamma in config["wisv"]["gammas"]
+        for channel in sorted(WISV_CHANNELS)
+        for stem in wisv_decodes(variant, gamma, channel)
+    }
+    return [f"results/wisv/scores/{stem}.parquet" for stem in sorted(stems)]

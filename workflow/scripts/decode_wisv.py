@@ -1,5 +1,6 @@
-"""Rule decode_wisv (WISV wing, edgespec.wisv.decode): greedy gamma-token rounds under one
-WISV-study variant."""
+"""Rule decode_wisv / decode_wisv_csi (WISV wing, edgespec.wisv.decode): greedy gamma-token rounds
+of one WISV-study variant, channel-free or (the CSI-reading head) under one channel and fading
+seed."""
 
 from edgespec.artifacts import setup_logging
 
@@ -17,52 +18,54 @@ from edgespec.runconfig import (
     prompt_split,
     write_completions,
 )
-from edgespec.seeding import numpy_rng, torch_generator
+from edgespec.seeding import torch_generator
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wisv.acceptance import head_acceptance, topk_acceptance
 from edgespec.wisv.decode import csi_vector_encoder, decode_wisv
+from edgespec.wisv.evaluate import fading_seed
 from edgespec.wisv.head import load_head
 
 params = snakemake.params
 wisv = params.wisv
-variant, channel = snakemake.wildcards.wvariant, snakemake.wildcards.wchannel
+variant = snakemake.wildcards.get("wvariant", "wisv")
 gamma = int(snakemake.wildcards.gamma)
-# Decisions of the channel-blind variants do not depend on the channel ("any"): any condition
-# serves for decoding, and evaluate_wisv prices the rounds under each channel.
-condition = ChannelCondition.from_dict(
-    params.channels[channel] if channel != "any" else next(iter(params.channels.values()))
-)
+condition = seed = None
+if variant == "wisv":
+    # Decisions read the CSI: decoded under one channel and one fading realisation, whose draws
+    # evaluate_wisv prices with too.
+    channel = snakemake.wildcards.wchannel
+    condition = ChannelCondition.from_dict(params.channels[channel])
+    seed = fading_seed(params.seed, int(snakemake.wildcards.fseed))
 acceptance, encoder = None, None
 if variant == "topk_accept":
     acceptance = topk_acceptance(wisv["top_k"])
-elif variant == "head_no_csi":
+elif variant in ("head_no_csi", "head_relabel_no_csi", "wisv"):
     head, extra = load_head(snakemake.input.heads[0])
     acceptance = head_acceptance(head, extra["tau"])
-elif variant == "wisv":
-    head, extra = load_head(snakemake.input.heads[0])
-    acceptance = head_acceptance(head, extra["tau"])
-    encoder = csi_vector_encoder(extra["csi_features"])
+    if head.d_csi:
+        encoder = csi_vector_encoder(extra["csi_features"])
 draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
 records = prompt_split(snakemake.input.prompts, "eval")
 cfg = decoding_config(
     {**params.decoding, "max_new_tokens": wisv["max_new_tokens"]},
     tokenizer,
     target,
-    keep_hidden=variant in ("head_no_csi", "wisv"),
+    keep_hidden=acceptance is not None and variant != "topk_accept",
     temperature=0.0,
 )
+prompts = chat_prompts(tokenizer, records, params.prompting)
 start = time.perf_counter()
 rounds, completions = decode_wisv(
     "wisv_fh" if variant == "wisv" else variant,
     draft,
     target,
-    chat_prompts(tokenizer, records, params.prompting),
+    prompts,
     [r.id for r in records],
     cfg,
     gamma,
     acceptance,
     condition,
-    numpy_rng(params.seed, "wisv-channel", channel),
+    fading_seed=seed,
     csi_encoder=encoder,
     progress=decode_progress(f"decode {variant} g{gamma}", len(records), cfg.max_new_tokens),
 )
@@ -72,7 +75,6 @@ if variant == "vanilla_sd" and gamma == min(wisv["gammas"]):
     from edgespec.decoding.engine import generate_tokenwise
     from edgespec.wisv.decode import check_greedy_equivalence
 
-    prompts = chat_prompts(tokenizer, records, params.prompting)
     alone = generate_tokenwise(
         prompts,
         cfg,
@@ -89,7 +91,7 @@ logging.info(
     "%s g%d %s: %d tokens, %d rounds in %.1f s",
     variant,
     gamma,
-    channel,
+    "channel-free" if condition is None else f"{condition.name}, fading seed {seed}",
     tokens,
     len(rounds),
     elapsed,

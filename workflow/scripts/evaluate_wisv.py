@@ -1,47 +1,42 @@
 """Rule evaluate_wisv (WISV wing, edgespec.wisv.evaluate): one variant's rounds priced under one
-channel and gamma, plus scores."""
+channel and gamma over every fading seed, with the same draws for every variant; torch-free."""
 
 from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
+import logging
 
 import numpy as np
 import pandas as pd
 
-from edgespec.artifacts import read_json, write_json
-from edgespec.runconfig import completion_texts, prompt_split
-from edgespec.scoring import answer_fidelity, exact_match, semantic_similarity
-from edgespec.seeding import numpy_rng
-from edgespec.wireless.channel import ChannelCondition, uplink_rate_bps
+from edgespec.artifacts import read_json, write_json, write_parquet
+from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
-from edgespec.wisv.evaluate import (
-    draw_round_gains,
-    round_latencies,
-    round_uplink_bits,
-    wisv_metrics,
-)
+from edgespec.wisv.evaluate import CSI_VARIANTS, HEAD_VARIANTS, price_over_seeds
+
+HEAD_FILES = {
+    "head_no_csi": "no_csi_head",
+    "head_relabel_no_csi": "relabel_no_csi_head",
+    "wisv_fh": "wisv_head",
+    "wisv_sh": "wisv_head",
+}
 
 params = snakemake.params
 wisv = params.wisv
 variant, channel = snakemake.wildcards.wvariant, snakemake.wildcards.wchannel
 gamma = int(snakemake.wildcards.gamma)
 condition = ChannelCondition.from_dict(params.channels[channel])
-records = prompt_split(snakemake.input.prompts, "eval")
-rounds = pd.read_parquet(snakemake.input.rounds)
-if rounds["condition"].iloc[0] != channel:
-    # Decoded channel-blind: draw this channel's gains exactly as decode_wisv would have.
-    gains = draw_round_gains(
-        condition,
-        len(records),
-        wisv["max_new_tokens"],
-        numpy_rng(params.seed, "wisv-channel", channel),
-    )
-    row = {r.id: i for i, r in enumerate(records)}
-    g = gains[rounds["prompt_id"].map(row).to_numpy(), rounds["round"].to_numpy()]
-    rounds = rounds.assign(
-        gain=g, rate_bps=np.asarray(uplink_rate_bps(condition, g)), condition=channel
-    )
+if variant in CSI_VARIANTS:
+    # Decoded under each listed fading seed: each decode is priced under its own draws.
+    seeds = list(wisv["csi_decode_seeds"])
+    rounds_by_seed = {
+        s: pd.read_parquet(p) for s, p in zip(seeds, snakemake.input.rounds, strict=True)
+    }
+else:
+    # Decoded once, channel-free: re-priced under every fading seed.
+    rounds = pd.read_parquet(snakemake.input.rounds[0])
+    rounds_by_seed = {s: rounds for s in range(params.evaluation["fading_seeds"])}
 provenance = read_json(snakemake.input.provenance)
 protocol = {
     "vocab_size": provenance["models"]["target"]["logits_size"],
@@ -49,33 +44,44 @@ protocol = {
     "bits_per_value": wisv["hidden_bits"],
 }
 profile = LatencyProfile.from_dict(read_json(snakemake.input.profile))
-latencies = round_latencies(rounds, variant, protocol, profile, condition.rtt_s, gamma)
-uplink = round_uplink_bits(rounds, variant, protocol, gamma)
-metrics = wisv_metrics(rounds, latencies, uplink)
-
-
-ours = completion_texts(snakemake.input.completions, records)
-vanilla = completion_texts(snakemake.input.reference, records)
-refs = [r.reference or v for r, v in zip(records, vanilla, strict=True)]
-em = [x for x in exact_match(ours, [r.gold_answer for r in records]) if x is not None]
-metrics.update(
-    {
-        "task_accuracy": float(np.mean(em)) if em else float("nan"),
-        "answer_fidelity": float(np.mean(answer_fidelity(ours, vanilla))),
-        "semantic_accuracy": float(np.mean(semantic_similarity(ours, refs))),
-        "identical_to_vanilla": float(
-            np.mean([a == b for a, b in zip(ours, vanilla, strict=True)])
-        ),
-    }
+head_s = 0.0
+if variant in HEAD_VARIANTS:
+    head_s = float(read_json(snakemake.input.head[0])["head_round_s"][HEAD_FILES[variant]])
+costs = price_over_seeds(
+    rounds_by_seed, variant, condition, protocol, profile, gamma, params.seed, head_s=head_s
 )
-write_json(
-    {
-        "variant": variant,
-        "channel": channel,
-        "gamma": gamma,
-        "condition": condition.to_dict(),
-        "profile_source": profile.source,
-        **metrics,
-    },
-    snakemake.output.metrics,
+costs.insert(0, "gamma", gamma)
+costs.insert(0, "channel", channel)
+costs.insert(0, "variant", variant)
+per_seed = costs.groupby("fading_index").agg(
+    e2e_latency_s=("latency_s", "mean"),
+    tokens=("tokens", "sum"),
+    rounds=("rounds", "sum"),
+    latency_s=("latency_s", "sum"),
 )
+per_seed["aal"] = per_seed["tokens"] / per_seed["rounds"]
+per_seed["throughput_tok_s"] = per_seed["tokens"] / per_seed["latency_s"]
+summary = {
+    "variant": variant,
+    "channel": channel,
+    "gamma": gamma,
+    "condition": condition.to_dict(),
+    "profile_source": profile.source,
+    "head_round_s": head_s,
+    "fading_seeds": sorted(int(s) for s in rounds_by_seed),
+    "median": per_seed[["e2e_latency_s", "aal", "throughput_tok_s"]].median().to_dict(),
+    "per_seed": per_seed.reset_index().to_dict(orient="list"),
+}
+logging.info(
+    "%s %s g%d over %d seeds: e2e latency median %.3f s (%.3f to %.3f), AAL %.3f",
+    variant,
+    channel,
+    gamma,
+    len(per_seed),
+    summary["median"]["e2e_latency_s"],
+    float(np.min(per_seed["e2e_latency_s"])),
+    float(np.max(per_seed["e2e_latency_s"])),
+    summary["median"]["aal"],
+)
+write_parquet(costs, snakemake.output.costs)
+write_json(summary, snakemake.output.metrics)

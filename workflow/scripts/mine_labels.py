@@ -1,24 +1,26 @@
 """Rule mine_labels (WISV wing, edgespec.wisv.labels): AutoJudge-style safe/important labels of
-draft-target mismatches."""
+draft-target mismatches, with the after-token hidden states of both models."""
 
 from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
 import logging
+import time
 
 import numpy as np
 
-from edgespec.artifacts import write_npz, write_parquet
+from edgespec.artifacts import write_json, write_npz, write_parquet
 from edgespec.runconfig import chat_prompts, decoding_config, load_models, prompt_split
 from edgespec.scoring import semantic_similarity
-from edgespec.wisv.labels import mine_labels
+from edgespec.wisv.labels import criterion_counts, mine_labels
 
 params = snakemake.params
 wisv = params.wisv
 draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
 records = prompt_split(snakemake.input.prompts, "calib")
 cfg = decoding_config(params.decoding, tokenizer, target, temperature=0.0)
+start = time.perf_counter()
 table, draft_hidden, target_hidden = mine_labels(
     draft,
     target,
@@ -34,12 +36,28 @@ table, draft_hidden, target_hidden = mine_labels(
     similarity_threshold=wisv["similarity_threshold"],
     max_mismatches_per_prompt=wisv["max_mismatches_per_prompt"],
     hidden_dtype=np.float16,
+    label_max_new_tokens=wisv["label_max_new_tokens"],
+    answer_marker=wisv["answer_marker"],
 )
+counts = criterion_counts(table)
+summary = {
+    "prompts": len(records),
+    "answer_task_prompts": sum(r.gold_answer is not None for r in records),
+    "mismatches": len(table),
+    "important": int(table["label"].sum()),
+    "safe": int((table["label"] == 0).sum()),
+    "criterion": counts,
+    "label_max_new_tokens": wisv["label_max_new_tokens"],
+    "seconds": time.perf_counter() - start,
+}
 logging.info(
-    "%d mismatches from %d prompts, %.1f%% important",
+    "%d mismatches from %d prompts, %.1f%% important; by criterion: %s (%.0f s)",
     len(table),
     len(records),
     100 * table["label"].mean() if len(table) else float("nan"),
+    counts,
+    summary["seconds"],
 )
 write_npz(snakemake.output.hidden, draft=draft_hidden, target=target_hidden)
 write_parquet(table, snakemake.output.table)
+write_json(summary, snakemake.output.summary)

@@ -1,4 +1,5 @@
-"""Rule profile_latency (edgespec.profiling): measured (or configured) compute times of the pair."""
+"""Rule profile_latency (edgespec.profiling): measured (or configured) compute times of the pair,
+prompt prefill included."""
 
 from edgespec.artifacts import setup_logging
 
@@ -9,10 +10,12 @@ from edgespec.artifacts import write_json  # noqa: E402
 params = snakemake.params
 latency = params.latency
 if latency["mode"] == "given":
-    profile = {**latency["given"], "source": "given"}
+    # The head's time is not a profile entry: train_head reads latency.given.head_round_s.
+    given = {k: v for k, v in latency["given"].items() if k != "head_round_s"}
+    profile = {**given, "source": "given"}
 else:
     from edgespec.data.records import read_jsonl
-    from edgespec.profiling import measure_latency_profile
+    from edgespec.profiling import measure_latency_profile, measure_prefill_token_s
     from edgespec.runconfig import chat_prompts, load_models
 
     draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
@@ -28,4 +31,7 @@ else:
         params.uncertainty["theta_max"],
         params.seed,
     )
+    # WISV charges each answer its prompt's prefill on both models.
+    profile["draft_prefill_token_s"] = measure_prefill_token_s(draft, prompt, latency["repeats"])
+    profile["target_prefill_token_s"] = measure_prefill_token_s(target, prompt, latency["repeats"])
 write_json(profile, snakemake.output.profile)

@@ -1,5 +1,7 @@
-"""Rule train_head (WISV wing, edgespec.wisv.head): the WISV head (hidden states + CSI, relabeled)
-and the no-CSI judge head."""
+"""Rule train_head (WISV wing, edgespec.wisv.head): the WISV head (hidden states + CSI, relabeled
+labels) and its ablations (no CSI on the original labels; no CSI on the relabeled labels), each
+tau chosen against the same original labels of the same validation prompts under the same
+budget; the head's time per round (edgespec.profiling)."""
 
 from edgespec.artifacts import setup_logging
 
@@ -13,6 +15,7 @@ import torch
 
 from edgespec import plots
 from edgespec.artifacts import write_json
+from edgespec.profiling import measure_head_round_s
 from edgespec.wireless.channel import ChannelCondition, csi_features
 from edgespec.wisv.head import (
     HeadConfig,
@@ -22,6 +25,7 @@ from edgespec.wisv.head import (
     split_by_group,
     train_head,
 )
+from edgespec.wisv.relabel import csi_feature_columns
 
 params = snakemake.params
 wisv, seed = params.wisv, params.seed
@@ -30,15 +34,32 @@ torch.set_num_threads(snakemake.threads)
 table = pd.read_parquet(snakemake.input.table)
 relabeled = pd.read_parquet(snakemake.input.train)
 with np.load(snakemake.input.hidden) as hidden:
-    draft_hidden, target_hidden = (
-        hidden["draft"].astype(np.float32),
-        hidden["target"].astype(np.float32),
-    )
+    draft_hidden = hidden["draft"].astype(np.float32)
+    target_hidden = hidden["target"].astype(np.float32)
 feature_cols = [f"phi_{name}" for name in wisv["csi_features"]]
+if feature_cols != csi_feature_columns(relabeled):
+    raise ValueError(
+        f"{snakemake.input.train} has CSI features {csi_feature_columns(relabeled)}, config key "
+        f"wisv.csi_features asks for {feature_cols}: rerun relabel_csi"
+    )
+
+# One split of the prompts for every head, stratified by the original labels: the validation
+# prompts, labels and budget that choose each tau are the same.
+train_rows, val_rows = split_by_group(
+    table["prompt_id"].to_numpy(), hc["val_fraction"], seed, labels=1 - table["label"].to_numpy()
+)
+val_prompts = set(table["prompt_id"].iloc[val_rows])
+in_val = relabeled["prompt_id"].isin(val_prompts).to_numpy()
+relabel_split = (np.flatnonzero(~in_val), np.flatnonzero(in_val))
+val_y = 1 - table["label"].to_numpy()[val_rows]
+val_risk = table["risk"].to_numpy()[val_rows]
+# The CSI head is scored on each validation mismatch under every CSI sample of the relabeling.
+states = relabeled.drop_duplicates("csi_sample").sort_values("csi_sample")[feature_cols]
+states = states.to_numpy(np.float32)
 
 
-def fit(xd, xt, csi, y_safe, groups, use_csi, risk):
-    cfg = HeadConfig(
+def config(use_csi: bool) -> HeadConfig:
+    return HeadConfig(
         hidden=hc["hidden"],
         epochs=hc["epochs"],
         lr=hc["lr"],
@@ -47,65 +68,127 @@ def fit(xd, xt, csi, y_safe, groups, use_csi, risk):
         seed=seed,
         use_csi=use_csi,
     )
-    head, metrics = train_head(xd, xt, csi, y_safe, groups, cfg, val_fraction=hc["val_fraction"])
-    _, val = split_by_group(groups, hc["val_fraction"], cfg.seed, labels=y_safe)
-    q_val = head_accept_probability(head, xd[val], xt[val], None if csi is None else csi[val])
-    q_val = q_val.numpy()
+
+
+def validation_q(head, use_csi: bool) -> np.ndarray:
+    xd, xt = draft_hidden[val_rows], target_hidden[val_rows]
+    if not use_csi:
+        return head_accept_probability(head, xd, xt).numpy()
+    n, s = len(val_rows), len(states)
+    q = head_accept_probability(
+        head,
+        np.repeat(xd, s, axis=0),
+        np.repeat(xt, s, axis=0),
+        np.tile(states, (n, 1)),
+    )
+    return q.numpy().reshape(n, s)
+
+
+def fit(name: str, frame: pd.DataFrame, rows: np.ndarray, labels: np.ndarray, use_csi, split):
+    """Train one head on ``frame``'s rows (hidden states ``rows``, 1 = important ``labels``)."""
+    head, metrics = train_head(
+        draft_hidden[rows],
+        target_hidden[rows],
+        frame[feature_cols].to_numpy(np.float32) if use_csi else None,
+        1 - labels,
+        frame["prompt_id"].to_numpy(),
+        config(use_csi),
+        split=split,
+    )
+    q_val = validation_q(head, use_csi)
     tau, tau_table = choose_threshold(
-        q_val, y_safe[val], max_accuracy_drop=hc["max_accuracy_drop"], important_weight=risk[val]
+        q_val, val_y, max_accuracy_drop=hc["max_accuracy_drop"], important_weight=val_risk
     )
     metrics = {k: v for k, v in metrics.items() if k != "history"}
-    return head, {**metrics, "tau": float(tau)}, tau_table, q_val, y_safe[val]
+    chosen = tau_table[tau_table["tau"] == tau].iloc[0]
+    metrics.update(
+        {
+            "tau": float(tau),
+            "val_accept_rate": float(chosen["accept_rate"]),
+            "val_unsafe_accept_rate": float(chosen["unsafe_accept_rate"]),
+            "val_safe_accept_rate": float(chosen["safe_accept_rate"]),
+        }
+    )
+    logging.info("%s: %s", name, metrics)
+    return head, metrics, tau_table, q_val
 
 
 rows = relabeled["mismatch"].to_numpy()
-wisv_head, wisv_metrics, wisv_tau, wisv_q, wisv_y = fit(
-    draft_hidden[rows],
-    target_hidden[rows],
-    relabeled[feature_cols].to_numpy(np.float32),
-    1 - relabeled["label_csi"].to_numpy(),
-    relabeled["prompt_id"].to_numpy(),
-    True,
-    relabeled["risk"].to_numpy(),
-)
-judge_head, judge_metrics, judge_tau, judge_q, judge_y = fit(
-    draft_hidden,
-    target_hidden,
-    None,
-    1 - table["label"].to_numpy(),
-    table["prompt_id"].to_numpy(),
-    False,
-    table["risk"].to_numpy(),
-)
+relabels = relabeled["label_csi"].to_numpy()
+heads = {
+    "wisv_head": fit("wisv_head", relabeled, rows, relabels, True, relabel_split),
+    "no_csi_head": fit(
+        "no_csi_head",
+        table,
+        np.arange(len(table)),
+        table["label"].to_numpy(),
+        False,
+        (train_rows, val_rows),
+    ),
+    "relabel_no_csi_head": fit(
+        "relabel_no_csi_head", relabeled, rows, relabels, False, relabel_split
+    ),
+}
 # Does the head use the CSI? Accept rate on the same mismatches at each evaluation channel's
 # mean state (|h|^2 = 1).
 accept_by_channel = {}
+wisv_head, wisv_metrics = heads["wisv_head"][0], heads["wisv_head"][1]
 for name, spec in params.channels.items():
     features = csi_features(ChannelCondition.from_dict(spec), 1.0)
     csi = np.tile([features[k] for k in wisv["csi_features"]], (len(table), 1)).astype(np.float32)
     q = head_accept_probability(wisv_head, draft_hidden, target_hidden, csi).numpy()
     accept_by_channel[name] = float((q >= wisv_metrics["tau"]).mean())
 logging.info("WISV head accept rate by channel: %s", accept_by_channel)
-save_head(
-    wisv_head,
-    snakemake.output.wisv_head,
-    {"tau": wisv_metrics["tau"], "csi_features": list(wisv["csi_features"])},
-)
-save_head(judge_head, snakemake.output.judge_head, {"tau": judge_metrics["tau"]})
+
+# The head's compute per round: measured here, or the emulated hardware's (latency.given).
+gamma = max(wisv["gammas"])
+if params.latency["mode"] == "given":
+    head_round_s = {key: params.latency["given"]["head_round_s"] for key in heads}
+    head_time_source = "given"
+else:
+    head_round_s = {
+        key: measure_head_round_s(
+            head, gamma, states[:1] if head.d_csi else None, params.latency["repeats"]
+        )
+        for key, (head, *_rest) in heads.items()
+    }
+    head_time_source = "measured"
+logging.info("head time per round (gamma=%d, %s): %s", gamma, head_time_source, head_round_s)
+
+paths = {
+    "wisv_head": snakemake.output.wisv_head,
+    "no_csi_head": snakemake.output.judge_head,
+    "relabel_no_csi_head": snakemake.output.relabel_head,
+}
+for key, (head, metrics, _, _) in heads.items():
+    extra = {"tau": metrics["tau"]}
+    if head.d_csi:
+        extra["csi_features"] = list(wisv["csi_features"])
+    save_head(head, paths[key], extra)
 write_json(
     {
-        "wisv_head": wisv_metrics,
-        "no_csi_head": judge_metrics,
+        **{key: metrics for key, (_, metrics, _, _) in heads.items()},
+        "validation": {
+            "prompts": sorted(map(str, val_prompts)),
+            "mismatches": len(val_rows),
+            "important": int((val_y == 0).sum()),
+            "csi_states": len(states),
+            "max_accuracy_drop": hc["max_accuracy_drop"],
+        },
         "accept_rate_by_channel": accept_by_channel,
-        "tau_table_wisv": wisv_tau.to_dict(orient="list"),
-        "tau_table_no_csi": judge_tau.to_dict(orient="list"),
+        "head_round_s": head_round_s,
+        "head_time_source": head_time_source,
+        "head_time_gamma": gamma,
+        **{f"tau_table_{key}": t.to_dict(orient="list") for key, (_, _, t, _) in heads.items()},
     },
     snakemake.output.metrics,
 )
+labels = {
+    "wisv_head": "WISV head (CSI, relabeled; mean over CSI states)",
+    "no_csi_head": "no-CSI head (original labels)",
+    "relabel_no_csi_head": "no-CSI head (relabeled labels)",
+}
 plots.head_calibration(
-    {
-        "WISV head (CSI, relabeled)": (wisv_q, wisv_y),
-        "no-CSI head (original labels)": (judge_q, judge_y),
-    },
+    {labels[key]: (q.mean(1) if q.ndim == 2 else q, val_y) for key, (_, _, _, q) in heads.items()},
     snakemake.output.figure,
 )

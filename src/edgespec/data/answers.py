@@ -87,3 +87,47 @@ def answers_match(pred_text: str, gold: str) -> bool:
     if not gold_norm:
         return False
     return f" {gold_norm} " in f" {_normalize_text(pred_text)} "
+
+
+_MARKED_NUMBER = re.compile(r"\s*[:=]?\s*\$?\s*(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)")
+_TERMINATED = re.compile(r"[^\d.,]|[.,]\D")
+_MARKED_YES_NO = re.compile(r"\s*[:=]?\s*\b(yes|no|true|false)\b(.)?", re.IGNORECASE)
+_SENTENCE = re.compile(r"\s*[:=]?\s*([^\n.!?]+)([\n.!?])?")
+
+
+def marked_answer(text: str, marker: str, gold: str | None = None) -> tuple[str | None, bool]:
+    """The answer a text states after its last ``marker`` (e.g. "The answer is"), and whether
+    it is complete.
+
+    Returns (answer, complete) in the form of ``gold``: numeric gold (or none) the first
+    number after the marker, normalised; yes/no gold the yes/no word; other gold the
+    normalised words up to the end of the sentence. ``complete`` says that more text follows
+    the answer (a number is complete once a character that cannot continue it follows, e.g.
+    "14. " or "14\\n", not "14" or "14."), so a decoder may stop there. (None, False) when
+    the marker (matched case-insensitively) or the answer after it is missing.
+    """
+    if not text or not marker:
+        return None, False
+    at = text.lower().rfind(marker.lower())
+    if at < 0:
+        return None, False
+    tail = text[at + len(marker) :]
+    kind = "number"
+    if gold is not None and normalize_number(gold) is None:
+        kind = "yesno" if gold.strip().lower() in ("yes", "no", "true", "false") else "text"
+    if kind == "number":
+        match = _MARKED_NUMBER.match(tail)
+        if match is None:
+            return None, False
+        rest = tail[match.end() :]
+        return normalize_number(match.group(1)), bool(_TERMINATED.match(rest))
+    if kind == "yesno":
+        match = _MARKED_YES_NO.match(tail)
+        if match is None:
+            return None, False
+        word = "yes" if match.group(1).lower() in ("yes", "true") else "no"
+        return word, match.group(2) is not None
+    match = _SENTENCE.match(tail)
+    if match is None or not _normalize_text(match.group(1)):
+        return None, False
+    return _normalize_text(match.group(1)), match.group(2) is not None

@@ -529,8 +529,11 @@ class DraftRound:
 
     ``draft_tokens`` [B, G]; ``target_logits`` [B, G+1, V]; ``draft_probs`` [B, G, V] and
     ``target_probs`` [B, G+1, V] at the decoding temperature (None when decoding greedily:
-    greedy rules read the logits); hidden states [B, G, H] (draft: the state that proposed each
-    token; target: the state that scored it), present when the decoding config keeps them.
+    greedy rules read the logits); hidden states [B, G, H], present when the decoding config
+    keeps them: the *after-token* last-layer states of x_i, at x_i's own position after
+    consuming it, so that a judge sees the token it judges (methods §4.1). The target's come
+    from the verification pass (its positions 1..G); the draft's state of x_i (i < G) from the
+    drafting step that consumed x_i, and that of x_G from one extra draft forward over x_G.
     ``prompt_indices`` name the rows' prompts.
     """
 
@@ -624,16 +627,22 @@ def generate_rounds(
         draft_width = pend_ids.shape[1] + gamma - 1
         tokens, probs_list, hidden_list = [], [], []
         step_ids, step_valid = pend_ids, pend_valid
-        for _ in range(gamma):
+        for step in range(gamma):
             logits, hidden = dm.feed(step_ids, step_valid, 1)
             z = logits[:, -1]
             p = None if greedy else probabilities(z, cfg.temperature)
             tok = _draw(p, z, cfg.temperature, generator)
             tokens.append(tok)
             probs_list.append(p)
-            if hidden is not None:
-                hidden_list.append(hidden[:, -1])
+            if hidden is not None and step > 0:
+                hidden_list.append(hidden[:, -1])  # after-token state of x_step
             step_ids, step_valid = tok.unsqueeze(1), torch.ones((batch, 1), dtype=torch.bool)
+        if cfg.keep_hidden:
+            # One extra draft forward over x_gamma gives its after-token state; the draft cache
+            # then holds all gamma drafts.
+            _, hidden = dm.feed(step_ids, step_valid, 1)
+            hidden_list.append(hidden[:, -1])
+            draft_width += 1
         draft_tokens = torch.stack(tokens, 1)
         t_ids, t_valid = left_pad(
             [tp + row for tp, row in zip(target_pending, draft_tokens.tolist(), strict=True)],
@@ -648,7 +657,7 @@ def generate_rounds(
             target_probs=None if greedy else probabilities(target_logits, cfg.temperature),
             target_logits=target_logits,
             draft_hidden=torch.stack(hidden_list, 1) if hidden_list else None,
-            target_hidden=target_hidden[:, :gamma] if target_hidden is not None else None,
+            target_hidden=target_hidden[:, 1:] if target_hidden is not None else None,
             generated_lengths=torch.tensor([len(schedule.generated[p]) for p in schedule.active]),
         )
         verdict = acceptance(round_, generator)
@@ -668,14 +677,16 @@ def generate_rounds(
                 RoundStats(p, index, gamma, int(n[row]), len(kept[row]), int(mismatches[row]))
             )
             rounds_done[p] = index + 1
-        # Roll back: the target saw all gamma drafts, keep the accepted ones; the draft fed
-        # gamma - 1 drafts, keep min(n, gamma - 1) of them.
+        # Roll back: the target saw all gamma drafts, keep the accepted ones. The draft fed
+        # gamma - 1 drafts (gamma with keep_hidden), keep the accepted ones among them; an
+        # accepted x_gamma it has not fed yet goes into its pending tokens.
         tm.invalidate_last(gamma - n, t_ids.shape[1])
-        dm.invalidate_last((gamma - 1 - n).clamp_min(0), draft_width)
+        fed = gamma if cfg.keep_hidden else gamma - 1
+        dm.invalidate_last((fed - n).clamp_min(0), draft_width)
         final = [row[-1] for row in committed]
         target_pending = [[f] for f in final]
         draft_pending = [
-            ([int(draft_tokens[r, -1])] if int(n[r]) == gamma else []) + [final[r]]
+            ([int(draft_tokens[r, -1])] if int(n[r]) > fed else []) + [final[r]]
             for r in range(batch)
         ]
         rows = schedule.keep(finished)

@@ -52,6 +52,8 @@ class LatencyProfile:
     ``topk_s``: k -> one extraction of the top-k entries (values and indices) of x on the
     device; :meth:`topk_time` interpolates it (empty: free).
     ``source``: where the numbers come from, e.g. "measured" or "config".
+    ``draft_prefill_token_s`` / ``target_prefill_token_s``: prompt prefill per prompt token of
+    the draft (device) and the target (edge), charged once per answer (``prefill_s``).
     """
 
     draft_token_s: float
@@ -61,9 +63,18 @@ class LatencyProfile:
     source: str = "measured"
     online_k_s: float = 0.0
     topk_s: Mapping[int, float] = field(default_factory=dict)
+    draft_prefill_token_s: float = 0.0
+    target_prefill_token_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("draft_token_s", "target_token_s", "uncertainty_s", "online_k_s"):
+        for key in (
+            "draft_token_s",
+            "target_token_s",
+            "uncertainty_s",
+            "online_k_s",
+            "draft_prefill_token_s",
+            "target_prefill_token_s",
+        ):
             object.__setattr__(self, key, _nonneg(key, getattr(self, key)))
         object.__setattr__(self, "topk_s", MappingProxyType(_k_table("topk_s", self.topk_s)))
         if not isinstance(self.target_verify_s, Mapping):
@@ -93,6 +104,8 @@ class LatencyProfile:
                 self.source,
                 self.online_k_s,
                 tuple(self.topk_s.items()),
+                self.draft_prefill_token_s,
+                self.target_prefill_token_s,
             )
         )
 
@@ -100,6 +113,14 @@ class LatencyProfile:
         """Seconds to extract the top-k of x for upload size(s) ``k``
         (:func:`topk_extraction_s` on ``topk_s``)."""
         return topk_extraction_s(self.topk_s, k)
+
+    def prefill_s(self, prompt_tokens):
+        """Prefill of a prompt of ``prompt_tokens`` tokens on both models [s]: the device's
+        draft, then the edge's target (scalar or array, like its argument)."""
+        out = np.asarray(prompt_tokens, dtype=float) * (
+            self.draft_prefill_token_s + self.target_prefill_token_s
+        )
+        return float(out) if out.ndim == 0 else out
 
     def target_verify(self, gamma: int) -> float:
         """tau_LLM(gamma) [s]: the exact entry, or linear interpolation between the nearest
@@ -134,6 +155,8 @@ class LatencyProfile:
             "source",
             "online_k_s",
             "topk_s",
+            "draft_prefill_token_s",
+            "target_prefill_token_s",
         }
         unknown = sorted(set(d) - valid)
         if unknown:
@@ -153,6 +176,8 @@ class LatencyProfile:
             "source": self.source,
             "online_k_s": self.online_k_s,
             "topk_s": {str(k): v for k, v in self.topk_s.items()},
+            "draft_prefill_token_s": self.draft_prefill_token_s,
+            "target_prefill_token_s": self.target_prefill_token_s,
         }
 
 

@@ -1,18 +1,25 @@
-"""WISV decoding of one variant under one channel condition (methods §4.1, 5).
+"""WISV decoding of one variant, channel-free or under one channel and fading seed (methods
+§4.1, 5).
 
 Variants (fixed ids, ``edgespec.variants.WISV_VARIANTS``):
 
 - ``vanilla_sd``: strict matching (lossless); uplink ids only.
 - ``topk_accept``: accept x_i if it is among the target's top-k at i; uplink ids only (the
   edge needs no draft state).
-- ``head_no_csi``: a decision head on [h_draft ; h_target] (judge/AutoJudge style); FH upload.
+- ``head_no_csi``: a decision head on [h_draft ; h_target] (judge/AutoJudge style) trained on
+  the original labels; FH upload.
+- ``head_relabel_no_csi``: the same inputs, trained on the channel-relabeled labels: the
+  ablation that isolates what reading the CSI adds; FH upload.
 - ``wisv_fh``: the CSI-aware head on [h_draft ; h_target ; phi(c)]; FH upload.
 - ``wisv_sh``: the same head and decisions as ``wisv_fh``; SH (mismatch-first) upload.
 
 :func:`decode_wisv` runs the decoding core's gamma-token rounds with the variant's acceptance
-rule (``edgespec.wisv.acceptance``), attaches the round's block-fading channel (and its CSI
-features, for heads that read them) and returns one row per (prompt, round).
-:func:`check_greedy_equivalence` is the runtime losslessness check of vanilla greedy SD.
+rule (``edgespec.wisv.acceptance``). The channel-blind variants are decoded once without a
+channel (their decisions never read it) and priced afterwards under every channel and fading
+seed; the CSI-reading ones see, each round, the block-fading gain of that round under one
+channel and fading seed (``edgespec.wisv.evaluate.round_gains``) and its CSI features. One row
+per (prompt, round). :func:`check_greedy_equivalence` is the runtime losslessness check of
+vanilla greedy SD.
 """
 
 from __future__ import annotations
@@ -41,12 +48,16 @@ from edgespec.wireless.channel import (
     uplink_rate_bps,
 )
 from edgespec.wisv.acceptance import ChannelRound, target_choice
-from edgespec.wisv.evaluate import check_variant, draw_round_gains
+from edgespec.wisv.evaluate import check_variant, round_gains
+
+CHANNEL_FREE = "none"
+"""The ``condition`` of rounds decoded without a channel (channel-blind variants)."""
 
 ROUND_COLUMNS = (
     "variant",
     "condition",
     "prompt_id",
+    "prompt_tokens",
     "round",
     "num_drafted",
     "num_accepted",
@@ -89,28 +100,30 @@ def decode_wisv(
     cfg: DecodingConfig,
     gamma: int,
     acceptance: AcceptanceRule | None,
-    condition: ChannelCondition,
-    rng: np.random.Generator,
+    condition: ChannelCondition | None,
+    fading_seed: int | None = None,
     csi_encoder: CsiEncoder | None = None,
     generator: torch.Generator | None = None,
     progress: DecodeProgress | None = None,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
-    """Decode ``prompts`` in gamma-token rounds under one channel condition.
+    """Decode ``prompts`` in gamma-token rounds, channel-free or under one channel.
 
-    Before decoding, ``draw_round_gains(condition, len(prompts), cfg.max_new_tokens, rng)``
-    draws one block-fading gain per (prompt, round) (a round commits >= 1 token, so no prompt
-    needs more rounds): seeding ``rng`` alike for every variant gives common random numbers.
-    Each round, the rule sees a ``ChannelRound`` carrying the rows' gains, rates and, with
-    ``csi_encoder``, their CSI features [B, d_csi] (read by ``head_acceptance``). ``acceptance``
-    None is strict matching (vanilla SD). ``cfg`` must be greedy (temperature 0); head rules
-    also need ``cfg.keep_hidden``.
+    ``condition`` None decodes channel-free (the rule sees no channel; gains and rates are
+    NaN). Otherwise ``fading_seed`` (``evaluate.fading_seed``) is required:
+    ``round_gains(condition, prompt_ids, cfg.max_new_tokens, fading_seed)`` gives each
+    (prompt, round) its gain before decoding (a round commits >= 1 token, so no prompt needs
+    more rounds), the same draws ``evaluate.price_over_seeds`` prices every variant with, and
+    each round's rule sees a ``ChannelRound`` with the rows' gains, rates and, with
+    ``csi_encoder``, their CSI features [B, d_csi] (read by ``head_acceptance``).
+    ``acceptance`` None is strict matching (vanilla SD). ``cfg`` must be greedy (temperature
+    0); head rules also need ``cfg.keep_hidden``.
 
     Returns (rounds, completions): completions are the new tokens per prompt; rounds has one
     row per (prompt, round), ordered by prompt then round, with columns ``ROUND_COLUMNS``:
-    num_accepted is the rule's accepted prefix length (before budget/EOS cuts), num_committed
-    the tokens kept (bonus or repair included), num_mismatches the drafts != target argmax
-    among all gamma, num_semantic_accepts the mismatches among the committed draft tokens,
-    gain |h|^2 and rate_bps the round's uplink rate.
+    prompt_tokens the prompt's length, num_accepted the rule's accepted prefix length (before
+    budget/EOS cuts), num_committed the tokens kept (bonus or repair included), num_mismatches
+    the drafts != target argmax among all gamma, num_semantic_accepts the mismatches among the
+    committed draft tokens, gain |h|^2 and rate_bps the round's uplink rate.
     """
     check_variant(variant)
     if cfg.temperature != 0:
@@ -118,12 +131,21 @@ def decode_wisv(
     if len(prompt_ids) != len(prompts):
         raise ValueError("prompts and prompt_ids need the same length")
     inner = acceptance or strict_acceptance(0.0)
-    gains = draw_round_gains(condition, len(prompts), cfg.max_new_tokens, rng)
-    rates = np.asarray(uplink_rate_bps(condition, gains), dtype=np.float64).reshape(gains.shape)
+    if condition is None:
+        if csi_encoder is not None:
+            raise ValueError("a CSI encoder needs a channel condition")
+        gains = rates = np.full((len(prompts), cfg.max_new_tokens), np.nan)
+    else:
+        if fading_seed is None:
+            raise ValueError("decoding under a channel needs its fading_seed")
+        gains = round_gains(condition, prompt_ids, cfg.max_new_tokens, fading_seed)
+        rates = np.asarray(uplink_rate_bps(condition, gains), dtype=np.float64).reshape(gains.shape)
     seen = [0] * len(prompts)
     masks: dict[tuple[int, int], list[bool]] = {}
 
     def rule(round_: DraftRound, gen: torch.Generator) -> VerificationResult:
+        if condition is None:
+            return inner(round_, gen)
         idx = np.asarray(round_.prompt_indices)
         r = np.asarray([seen[p] for p in round_.prompt_indices])
         g = gains[idx, r]
@@ -164,13 +186,17 @@ def decode_wisv(
         on_round=on_round,
         progress=progress,
     )
-    return _round_table(variant, condition, prompt_ids, stats, masks, gains, rates), completions
+    name = CHANNEL_FREE if condition is None else condition.name
+    lengths = [len(p) for p in prompts]
+    table = _round_table(variant, name, prompt_ids, lengths, stats, masks, gains, rates)
+    return table, completions
 
 
 def _round_table(
     variant: str,
-    condition: ChannelCondition,
+    condition: str,
     prompt_ids: Sequence[Any],
+    prompt_lengths: Sequence[int],
     stats: Sequence[RoundStats],
     masks: Mapping[tuple[int, int], list[bool]],
     gains: np.ndarray,
@@ -185,8 +211,9 @@ def _round_table(
         records.append(
             {
                 "variant": variant,
-                "condition": condition.name,
+                "condition": condition,
                 "prompt_id": prompt_ids[s.prompt_index],
+                "prompt_tokens": int(prompt_lengths[s.prompt_index]),
                 "round": s.round_index,
                 "num_drafted": s.num_drafted,
                 "num_accepted": s.num_accepted,

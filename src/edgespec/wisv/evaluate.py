@@ -3,25 +3,35 @@
 A round's acceptance outcome does not depend on timing, so a decoded round table is priced
 under any channel afterwards: :func:`round_latencies` applies the variant's upload protocol
 (``VARIANT_PROTOCOL``: ids only, full-hidden or selective-hidden, ``edgespec.wisv.protocols``)
-to each round's mismatch count and uplink rate, :func:`round_uplink_bits` counts its bits and
-:func:`wisv_metrics` gives the run-level metrics. :func:`draw_round_gains` draws the
-block-fading gains indexed by (prompt, round), the common random numbers every variant shares.
-This module imports neither torch nor transformers, so the many small evaluation jobs start fast.
+to each round's mismatch count and uplink rate, :func:`round_uplink_bits` counts its bits,
+:func:`prompt_costs` sums them per answer (with the prompt's prefill) and :func:`wisv_metrics`
+gives the run-level metrics.
+
+Common random numbers: fading realisation s of the evaluation has the base seed
+:func:`fading_seed` (config seed, s); under it, prompt p has its own fading stream, indexed by
+round (:func:`round_gains`: Gauss-Markov blocks, the same standard normals whatever the fading
+model, SNR, bandwidth or correlation). So every variant, at every channel and gamma, sees the
+same draw for round r of prompt p under seed s. :func:`price_over_seeds` prices a channel-blind
+variant's one decode under every seed, and a CSI-reading variant's per-seed decodes under their
+own seeds (checking that they saw these very draws). This module imports neither torch nor
+transformers, so the many small evaluation jobs start fast.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from edgespec.variants import WISV_VARIANTS
+from edgespec.seeding import derive_seed
+from edgespec.variants import WISV_CSI_VARIANTS, WISV_VARIANTS
 from edgespec.wireless.channel import (
     ChannelCondition,
     sample_power_gains,
+    uplink_rate_bps,
 )
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.protocols import (
@@ -33,15 +43,32 @@ from edgespec.wisv.protocols import (
 )
 
 VARIANTS = WISV_VARIANTS
-HEAD_VARIANTS = ("head_no_csi", "wisv_fh", "wisv_sh")
+CSI_VARIANTS = WISV_CSI_VARIANTS
+HEAD_VARIANTS = ("head_no_csi", "head_relabel_no_csi", "wisv_fh", "wisv_sh")
 VARIANT_PROTOCOL = {
     "vanilla_sd": "ids",
     "topk_accept": "ids",
     "head_no_csi": "fh",
+    "head_relabel_no_csi": "fh",
     "wisv_fh": "fh",
     "wisv_sh": "sh",
 }
 """Uplink protocol of each variant: ids only (vanilla payload), full-hidden or selective."""
+
+PROMPT_COLUMNS = (
+    "fading_index",
+    "prompt_id",
+    "latency_s",
+    "prefill_s",
+    "rounds",
+    "tokens",
+    "drafted",
+    "accepted",
+    "mismatches",
+    "semantic_accepts",
+    "uplink_bits",
+)
+"""Per (fading seed, prompt) costs of one variant, channel and gamma (:func:`price_over_seeds`)."""
 
 
 def check_variant(variant: str) -> str:
@@ -50,14 +77,45 @@ def check_variant(variant: str) -> str:
     return variant
 
 
-def draw_round_gains(
-    condition: ChannelCondition, num_prompts: int, max_rounds: int, rng: np.random.Generator
+def fading_seed(seed: int, index: int) -> int:
+    """The base seed of the WISV evaluation's fading realisation ``index`` (0..K-1)."""
+    if isinstance(index, bool) or int(index) != index or index < 0:
+        raise ValueError(f"a fading seed index is an integer >= 0, got {index!r}")
+    return derive_seed(seed, "wisv-fading", int(index))
+
+
+def round_gains(
+    condition: ChannelCondition,
+    prompt_ids: Sequence[Any],
+    num_rounds: int,
+    seed: int,
 ) -> np.ndarray:
-    """The [num_prompts, max_rounds] block-fading gains |h|^2, entry (i, r) for prompt i's
-    round r, drawn row-major in one call: the same rng state gives the same gain to the same
-    (prompt, round) in every variant (common random numbers)."""
-    gains = sample_power_gains(condition, num_prompts * max_rounds, rng)
-    return np.asarray(gains, dtype=np.float64).reshape(num_prompts, max_rounds)
+    """[len(prompt_ids), num_rounds] block-fading gains |h|^2: row i holds rounds 0.. of prompt
+    ``prompt_ids[i]``, the first draws of its own stream (seeded by ``seed`` and the prompt's
+    id), so a round's gain depends on neither the other prompts, nor ``num_rounds``, nor the
+    variant or gamma; correlated across rounds by ``condition.correlation``."""
+    if num_rounds < 0:
+        raise ValueError(f"num_rounds must be >= 0, got {num_rounds}")
+    out = np.ones((len(prompt_ids), int(num_rounds)), dtype=np.float64)
+    for i, pid in enumerate(prompt_ids):
+        stream = np.random.default_rng(derive_seed(seed, "prompt", pid))
+        out[i] = sample_power_gains(condition, int(num_rounds), stream)
+    return out
+
+
+def attach_channel(rounds: pd.DataFrame, condition: ChannelCondition, seed: int) -> pd.DataFrame:
+    """``rounds`` with the gain and uplink rate of each (prompt, round) under ``condition`` and
+    fading base seed ``seed`` (:func:`round_gains`)."""
+    ids = list(pd.unique(rounds["prompt_id"]))
+    num = int(rounds["round"].max()) + 1 if len(rounds) else 0
+    gains = round_gains(condition, ids, num, seed)
+    row = rounds["prompt_id"].map({p: i for i, p in enumerate(ids)}).to_numpy()
+    g = gains[row, rounds["round"].to_numpy()]
+    return rounds.assign(
+        gain=g,
+        rate_bps=np.asarray(uplink_rate_bps(condition, g), dtype=np.float64),
+        condition=condition.name,
+    )
 
 
 def _protocol_param(params: Mapping[str, Any], key: str, default: Any = None) -> int:
@@ -113,11 +171,13 @@ def round_latencies(
     """Latency of each round [s] (``protocols.round_latency``), shape [len(rounds)].
 
     ``protocol_params``: vocab_size, hidden_size (the draft's), bits_per_value (default 16).
-    vanilla_sd and topk_accept upload ids only; head_no_csi and wisv_fh the FH payload (ids and
-    all gamma hidden states); wisv_sh the SH payload of the round's mismatch count (an extra
-    round trip iff it is > 0). Compute: gamma * ``profile.draft_token_s`` and
-    ``profile.target_verify(gamma)``; ``head_s`` (decision-head time, default 0) is charged to
-    head variants in rounds with a mismatch. The uplink runs at the round's ``rate_bps``.
+    vanilla_sd and topk_accept upload ids only; head_no_csi, head_relabel_no_csi and wisv_fh
+    the FH payload (ids and all gamma hidden states); wisv_sh the SH payload of the round's
+    mismatch count (an extra round trip iff it is > 0). Compute: gamma *
+    ``profile.draft_token_s`` and ``profile.target_verify(gamma)``; ``head_s`` (the decision
+    head's measured time per round [s], default 0) is charged to head variants
+    (``HEAD_VARIANTS``) in rounds with a mismatch, the only rounds the head runs in. The uplink
+    runs at the round's ``rate_bps``.
     """
     _check_rounds(rounds, gamma)
     m = rounds["num_mismatches"].to_numpy(dtype=np.int64)
@@ -138,6 +198,78 @@ def round_latencies(
             downlink_rate_bps=downlink_rate_bps,
         )
     return out
+
+
+def prompt_costs(
+    rounds: pd.DataFrame, latencies: Any, uplink_bits: Any, profile: LatencyProfile
+) -> pd.DataFrame:
+    """Per prompt (in order of first appearance): its answer's latency [s] (the prompt's
+    prefill, ``profile.prefill_s(prompt_tokens)``, plus its rounds' latencies), rounds, tokens
+    committed, drafts, accepted drafts, mismatches, semantic accepts and uplink bits."""
+    lat = np.asarray(latencies, dtype=np.float64).reshape(-1)
+    bits = np.asarray(uplink_bits, dtype=np.float64).reshape(-1)
+    if len(lat) != len(rounds) or len(bits) != len(rounds):
+        raise ValueError("one latency and one uplink size per round are needed")
+    frame = rounds.assign(_lat=lat, _bits=bits)
+    grouped = frame.groupby("prompt_id", sort=False)
+    out = pd.DataFrame(
+        {
+            "rounds": grouped.size(),
+            "round_latency_s": grouped["_lat"].sum(),
+            "prompt_tokens": grouped["prompt_tokens"].first(),
+            "tokens": grouped["num_committed"].sum(),
+            "drafted": grouped["num_drafted"].sum(),
+            "accepted": grouped["num_accepted"].sum(),
+            "mismatches": grouped["num_mismatches"].sum(),
+            "semantic_accepts": grouped["num_semantic_accepts"].sum(),
+            "uplink_bits": grouped["_bits"].sum(),
+        }
+    ).reset_index()
+    out["prefill_s"] = np.asarray(profile.prefill_s(out["prompt_tokens"].to_numpy()), dtype=float)
+    out["latency_s"] = out["prefill_s"] + out["round_latency_s"]
+    return out.drop(columns=["round_latency_s", "prompt_tokens"])
+
+
+def price_over_seeds(
+    rounds_by_seed: Mapping[int, pd.DataFrame],
+    variant: str,
+    condition: ChannelCondition,
+    protocol_params: Mapping[str, Any],
+    profile: LatencyProfile,
+    gamma: int,
+    seed: int,
+    head_s: float = 0.0,
+) -> pd.DataFrame:
+    """Per (fading seed index, prompt) costs of one variant under one channel (``PROMPT_COLUMNS``).
+
+    ``rounds_by_seed`` maps fading seed indices s to a round table: the same channel-free
+    decode for every s (a channel-blind variant), whose rounds get the gains of seed s
+    (:func:`attach_channel`), or the decode made under seed s (a CSI-reading variant), whose
+    gains must be those very draws (ValueError otherwise: the decisions saw other fading).
+    ``seed`` is the configured seed (:func:`fading_seed`); ``head_s`` the head's compute per
+    round with a mismatch (head variants).
+    """
+    check_variant(variant)
+    frames = []
+    for index, rounds in sorted(rounds_by_seed.items()):
+        base = fading_seed(seed, index)
+        priced = attach_channel(rounds, condition, base)
+        if "gain" in rounds and rounds["gain"].notna().any():
+            if not np.allclose(rounds["gain"], priced["gain"], rtol=1e-12, atol=0):
+                raise ValueError(
+                    f"{variant}: the rounds decoded for fading seed {index} saw other gains "
+                    f"than that seed draws under channel {condition.name!r}"
+                )
+        latencies = round_latencies(
+            priced, variant, protocol_params, profile, condition.rtt_s, gamma, head_s=head_s
+        )
+        bits = round_uplink_bits(priced, variant, protocol_params, gamma)
+        costs = prompt_costs(priced, latencies, bits, profile)
+        costs.insert(0, "fading_index", int(index))
+        frames.append(costs)
+    if not frames:
+        raise ValueError("no fading seed to price")
+    return pd.concat(frames, ignore_index=True)[list(PROMPT_COLUMNS)]
 
 
 def wisv_metrics(rounds: pd.DataFrame, latencies: Any, uplink_bits: Any = None) -> dict[str, float]:

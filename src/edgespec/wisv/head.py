@@ -192,18 +192,22 @@ def train_head(
     groups: Any,
     cfg: HeadConfig | None = None,
     val_fraction: float = 0.2,
+    split: tuple[Any, Any] | None = None,
 ) -> tuple[DecisionHead, dict[str, Any]]:
     """Train a decision head; returns (head with the best-validation weights, metrics).
 
     ``X_draft`` [N, d_draft], ``X_target`` [N, d_target], ``csi`` [N, k] or None (required when
     ``cfg.use_csi``), ``y_safe`` [N] with 1 = safe to accept, ``groups`` [N] prompt ids. The
-    validation split is ``split_by_group(groups, val_fraction, cfg.seed)``; both splits need
-    both classes. The loss is BCE with pos_weight = n_unsafe / n_safe on the train split.
+    validation split is ``split`` (train and validation row indices, e.g. the rows of prompts
+    shared by several heads) or ``split_by_group(groups, val_fraction, cfg.seed)``. The train
+    split needs both classes. The loss is BCE with pos_weight = n_unsafe / n_safe on the train
+    split. Early stopping follows the validation ROC AUC, or the validation loss where the
+    validation rows hold one class (AUC undefined; ``val_auc`` is then NaN).
 
-    metrics: val_auc (best), train_auc (same weights), n_train, n_val, n_groups_train,
-    n_groups_val, pos_fraction (safe fraction in the train split), val_pos_fraction,
-    pos_weight, best_epoch (1-based), epochs_run, history (per epoch: epoch, train_loss,
-    val_auc).
+    metrics: val_auc (best, or NaN), val_loss (at the kept epoch), train_auc (same weights),
+    n_train, n_val, n_groups_train, n_groups_val, pos_fraction (safe fraction in the train
+    split), val_pos_fraction, pos_weight, best_epoch (1-based), epochs_run, history (per
+    epoch: epoch, train_loss, val_loss, val_auc).
     """
     cfg = cfg or HeadConfig()
     if cfg.batch_size < 1 or cfg.epochs < 1 or cfg.patience < 1:
@@ -229,11 +233,18 @@ def train_head(
     else:
         csi_t, d_csi = None, 0
 
-    train_idx, val_idx = split_by_group(groups, val_fraction, cfg.seed, labels=y_safe)
+    if split is None:
+        train_idx, val_idx = split_by_group(groups, val_fraction, cfg.seed, labels=y_safe)
+    else:
+        train_idx, val_idx = (np.sort(np.asarray(part, dtype=np.int64)) for part in split)
+        if len(np.intersect1d(groups[train_idx], groups[val_idx])):
+            raise ValueError("the given split puts a group (prompt) on both sides")
+    if len(train_idx) == 0 or len(val_idx) == 0:
+        raise ValueError("the train and validation splits both need rows")
     y_train, y_val = y[train_idx], y[val_idx]
-    for name, part in (("train", y_train), ("validation", y_val)):
-        if part.min() == part.max():
-            raise ValueError(f"the {name} split has one class only; need safe and unsafe rows")
+    if y_train.min() == y_train.max():
+        raise ValueError("the train split has one class only; need safe and unsafe rows")
+    val_has_both = y_val.min() != y_val.max()
 
     generator = torch.Generator().manual_seed(cfg.seed)
     head = DecisionHead(X_draft.shape[1], X_target.shape[1], d_csi, cfg.hidden, generator)
@@ -249,7 +260,9 @@ def train_head(
     optimiser = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     target = torch.as_tensor(y_train, dtype=torch.float32)
 
-    best_auc, best_epoch, best_state, wait = -math.inf, 0, None, 0
+    val_target = torch.as_tensor(y_val, dtype=torch.float32)
+    best_score, best_epoch, best_state, wait = -math.inf, 0, None, 0
+    best_auc, best_val_loss = math.nan, math.nan
     history = []
     for epoch in range(1, cfg.epochs + 1):
         head.train()
@@ -263,10 +276,23 @@ def train_head(
             optimiser.step()
             total += float(loss.detach()) * len(batch)
         head.eval()
-        val_auc = float(roc_auc_score(y_val, _predict_logits(head, x_val)))
-        history.append({"epoch": epoch, "train_loss": total / len(order), "val_auc": val_auc})
-        if val_auc > best_auc:
-            best_auc, best_epoch, wait = val_auc, epoch, 0
+        val_logits = _predict_logits(head, x_val)
+        val_loss = float(
+            loss_fn(torch.as_tensor(val_logits, dtype=torch.float32), val_target).detach()
+        )
+        val_auc = float(roc_auc_score(y_val, val_logits)) if val_has_both else math.nan
+        history.append(
+            {
+                "epoch": epoch,
+                "train_loss": total / len(order),
+                "val_loss": val_loss,
+                "val_auc": val_auc,
+            }
+        )
+        score = val_auc if val_has_both else -val_loss
+        if score > best_score:
+            best_score, best_epoch, wait = score, epoch, 0
+            best_auc, best_val_loss = val_auc, val_loss
             best_state = copy.deepcopy(head.state_dict())
         else:
             wait += 1
@@ -277,6 +303,7 @@ def train_head(
     head.train_config = asdict(cfg)
     metrics = {
         "val_auc": best_auc,
+        "val_loss": best_val_loss,
         "train_auc": float(roc_auc_score(y_train, _predict_logits(head, x_train))),
         "n_train": len(train_idx),
         "n_val": len(val_idx),
@@ -304,7 +331,10 @@ def choose_threshold(
 
     unsafe_accept_rate(tau) = sum_{j: y_j = 0, q_j >= tau} w_j / N_val, over all N_val validation
     mismatches, with w_j = ``important_weight`` (scalar or [N_val]; default 1, or e.g. the soft
-    risk r_j). It is the proxy for the accuracy drop: during label mining each important
+    risk r_j). ``q_val`` may be [N_val, S]: a head that reads the CSI, scored under S channel
+    states; a mismatch then counts as accepted for the fraction of states with q >= tau, so the
+    rates stay per mismatch and the budget means the same for every head compared on the same
+    labels and prompts. It is the proxy for the accuracy drop: during label mining each important
     mismatch, when accepted, changed the target's final answer, so it counts the answer
     changes caused per mismatch. It is a proxy because (i) it is per mismatch, not per answer:
     an answer's drop is at most this rate times the mean number of mismatches per answer, so
@@ -317,38 +347,47 @@ def choose_threshold(
     accept_rate (share of validation mismatches with q >= tau), unsafe_accept_rate,
     safe_accept_rate (share of safe mismatches accepted) and meets_budget.
     """
-    q = np.asarray(q_val, dtype=np.float64).reshape(-1)
+    q2 = np.asarray(q_val, dtype=np.float64)
+    if q2.ndim == 1:
+        q2 = q2[:, None]
     y = np.asarray(y_safe_val).reshape(-1)
-    if len(q) == 0 or len(q) != len(y):
-        raise ValueError("q_val and y_safe_val need the same, nonzero length")
+    if q2.ndim != 2 or q2.shape[0] == 0 or q2.shape[1] == 0 or q2.shape[0] != len(y):
+        raise ValueError("q_val ([N] or [N, S]) and y_safe_val need the same, nonzero length")
     if not np.isin(y, (0, 1)).all():
         raise ValueError("y_safe_val must be 0/1")
     if not (math.isfinite(max_accuracy_drop) and max_accuracy_drop >= 0):
         raise ValueError(f"max_accuracy_drop must be finite and >= 0, got {max_accuracy_drop}")
     weight = np.broadcast_to(
         np.asarray(1.0 if important_weight is None else important_weight, dtype=np.float64),
-        q.shape,
+        y.shape,
     )
     if np.any(weight < 0) or not np.all(np.isfinite(weight)):
         raise ValueError("important_weight must be finite and >= 0")
 
+    # One entry per (mismatch, state), each carrying 1/S of its mismatch.
+    states = q2.shape[1]
+    q = q2.reshape(-1)
+    y_entry = np.repeat(y, states)
+    w_entry = np.repeat(weight, states) / states
     order = np.argsort(q, kind="stable")
     q_sorted = q[order]
-    unsafe_w = np.where(y[order] == 0, weight[order], 0.0)
-    safe = (y[order] == 1).astype(np.float64)
+    unsafe_w = np.where(y_entry[order] == 0, w_entry[order], 0.0)
+    safe = np.where(y_entry[order] == 1, 1.0 / states, 0.0)
+    count = np.full(len(q), 1.0 / states)
     # Suffix sums: entry i covers sorted rows i.. (those with q >= q_sorted[i]); entry N is 0.
     unsafe_suffix = np.concatenate([np.cumsum(unsafe_w[::-1])[::-1], [0.0]])
     safe_suffix = np.concatenate([np.cumsum(safe[::-1])[::-1], [0.0]])
+    count_suffix = np.concatenate([np.cumsum(count[::-1])[::-1], [0.0]])
 
     taus = np.unique(q) if grid is None else np.unique(np.asarray(grid, dtype=np.float64))
     taus = np.union1d(taus, [REJECT_ALL_TAU])
     first = np.searchsorted(q_sorted, taus, side="left")
-    n = len(q)
-    n_safe = max(float(safe.sum()), 1.0)
+    n = len(y)
+    n_safe = max(float((y == 1).sum()), 1.0)
     table = pd.DataFrame(
         {
             "tau": taus,
-            "accept_rate": (n - first) / n,
+            "accept_rate": count_suffix[first] / n,
             "unsafe_accept_rate": unsafe_suffix[first] / n,
             "safe_accept_rate": safe_suffix[first] / n_safe,
         }

@@ -3,10 +3,26 @@
 Follows AutoJudge's search for important tokens with its semi-greedy walk: walk the target's
 greedy response; at each position where the draft's greedy choice differs, substitute the draft
 token, let the target continue greedily, and compare the alternative with the original
-response (same final answer for answer tasks, sentence-embedding similarity for open text).
-The project chose the semi-greedy variant, not independent judging of each mismatch against
-the original response, because its labels then depend on earlier decisions the way SD's
-acceptances do at inference time. Uses the decoding core for every greedy continuation.
+response. The project chose the semi-greedy variant, not independent judging of each mismatch
+against the original response, because its labels then depend on earlier decisions the way
+SD's acceptances do at inference time.
+
+Labels measure answers: both branches (the original response and every alternative) run until
+the answer is stated (the configured answer marker followed by a complete answer) or EOS, under
+their own budget ``label_max_new_tokens``, longer than the decoding budget; a mismatch of an
+answer task whose two branches both state an answer is labeled by the answer (criterion
+"answer"), every other one by the sentence-embedding similarity of the two branches (criterion
+"similarity", the fallback).
+
+The features of a mismatch are the *after-token* states: the last-layer states of the draft and
+of the target after consuming the draft token at its position, the convention of
+``edgespec.decoding.engine.DraftRound`` at decode time (methods §4.1). They come for free from
+the branch: the target's first forward of the alternative and one draft forward over the draft
+token.
+
+Nothing is prefilled twice: each prompt's target and draft caches of prompt + response are kept
+per row and cut to the mismatch's prefix for every branch (``edgespec.decoding.branching``); a
+safe substitution's branch cache becomes the walk's cache.
 """
 
 from __future__ import annotations
@@ -21,17 +37,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from edgespec.data.answers import (
-    answers_match,
-    extract_final_number,
-    extract_yes_no,
-    normalize_number,
-)
-from edgespec.decoding.engine import (
-    DecodingConfig,
-    generate_tokenwise,
-    left_pad,
-)
+from edgespec.data.answers import marked_answer
+from edgespec.decoding.branching import BranchBatch, RowCache, greedy_continue
 
 LABEL_COLUMNS = (
     "prompt_id",
@@ -43,120 +50,89 @@ LABEL_COLUMNS = (
     "risk",
     "similarity",
     "answer_task",
+    "criterion",
 )
+CRITERIA = ("answer", "similarity")
+"""How a label was decided: the two branches' stated answers, or their similarity."""
+
+DEFAULT_ANSWER_MARKER = "The answer is"
 
 
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
+@dataclass
+class _Branch:
+    """A finished response: its tokens, text and stated answer (None: none reached)."""
 
-
-@torch.inference_mode()
-def _teacher_forced(
-    model: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    responses: Sequence[Sequence[int]],
-    pad_token_id: int,
-    batch_size: int,
-    select: Callable[[int, np.ndarray | None], Sequence[int]],
-    with_argmax: bool,
-) -> list[tuple[np.ndarray | None, list[int], torch.Tensor]]:
-    """Feed prompt + response and read the states that propose each response token.
-
-    The state for response position j is the last-layer state after consuming the token before
-    it (the last prompt token for j = 0): the ``DraftRound`` convention. Per row: (the model's
-    argmax at every response position [L_r], or None without ``with_argmax``; the positions
-    ``select(row, argmax)`` picked; their hidden states [len, H], float32 on the CPU).
-    """
-    out: list[tuple[np.ndarray | None, list[int], torch.Tensor]] = []
-    device = _device(model)
-    for start in range(0, len(prompts), batch_size):
-        rows = list(range(start, min(start + batch_size, len(prompts))))
-        seqs = [list(prompts[i]) + list(responses[i]) for i in rows]
-        lengths = [len(responses[i]) for i in rows]
-        ids, valid = left_pad(seqs, pad_token_id, device)
-        positions = (valid.long().cumsum(1) - 1).clamp_min(0)
-        keep = max(lengths) + 1
-        result = model(
-            input_ids=ids,
-            attention_mask=valid.long(),
-            position_ids=positions,
-            use_cache=False,
-            logits_to_keep=keep if with_argmax else 1,
-            output_hidden_states=True,
-        )
-        hidden = result.hidden_states[-1][:, -keep:]
-        choice = result.logits.argmax(-1).cpu().numpy() if with_argmax else None
-        for row, (i, length) in enumerate(zip(rows, lengths, strict=True)):
-            first = keep - length - 1  # column of the state proposing response token 0
-            row_choice = choice[row, first : first + length] if choice is not None else None
-            picked = [int(p) for p in select(i, row_choice)]
-            index = torch.as_tensor([first + p for p in picked], dtype=torch.long, device=device)
-            states = hidden[row].index_select(0, index).to("cpu", torch.float32)
-            out.append((row_choice, picked, states))
-        del result, hidden
-    return out
-
-
-def _greedy_continuations(
-    target: torch.nn.Module,
-    prefixes: Sequence[Sequence[int]],
-    budgets: Sequence[int],
-    eos_token_ids: Sequence[int],
-    pad_token_id: int,
-    batch_size: int,
-) -> list[list[int]]:
-    """The target's greedy continuation of each prefix, at most ``budgets[i]`` new tokens.
-
-    Rows are sorted by budget so that each batch runs to about the same length; a batch runs
-    to its largest budget and each row is cut to its own (a greedy run with budget b is the
-    first b tokens, EOS-cut, of a longer one).
-    """
-    out: list[list[int]] = [[] for _ in prefixes]
-    todo = sorted((i for i, b in enumerate(budgets) if b > 0), key=lambda i: -budgets[i])
-    for start in range(0, len(todo), batch_size):
-        chunk = todo[start : start + batch_size]
-        cfg = DecodingConfig(
-            max_new_tokens=max(budgets[i] for i in chunk),
-            temperature=0.0,
-            eos_token_ids=tuple(eos_token_ids),
-            pad_token_id=pad_token_id,
-            batch_size=len(chunk),
-        )
-        generated = generate_tokenwise(
-            [prefixes[i] for i in chunk], cfg, torch.Generator(), target=target
-        )
-        for i, tokens in zip(chunk, generated, strict=True):
-            out[i] = tokens[: budgets[i]]
-    return out
-
-
-_YES_NO = ("yes", "no", "true", "false")
-
-
-def _answer_key(text: str, gold: str | None) -> Any:
-    """What "the final answer" of ``text`` is, in the form the gold answer takes.
-
-    Numeric gold (or no gold): the final number; yes/no gold: the yes/no word; other gold:
-    whether the text contains it (``answers_match``).
-    """
-    if gold is None or normalize_number(gold) is not None:
-        return extract_final_number(text)
-    if gold.strip().lower() in _YES_NO:
-        return extract_yes_no(text)
-    return answers_match(text, gold)
+    tokens: list[int]
+    text: str
+    answer: Any
 
 
 @dataclass
 class _Walk:
-    """The semi-greedy walk over one prompt's response."""
+    """The semi-greedy walk over one prompt's response (``edgespec.decoding.branching``
+    caches: the target's covers at least prompt + response[:-1], the draft's prompt +
+    response[:len(choices) - 1]; ``choices`` the draft's greedy token at each mined
+    position)."""
 
     index: int
     response: list[int]
+    target_cache: RowCache
+    draft_cache: RowCache
+    choices: list[int]
     border: int = 0
     judged: int = 0
-    stale: bool = True
-    pending: list[tuple[int, int, torch.Tensor, torch.Tensor]] | None = None
-    """Mismatches (position, draft token, h_draft, h_target) at or after ``border``."""
+
+    def next_mismatch(self) -> int | None:
+        for p in range(self.border, len(self.choices)):
+            if self.choices[p] != self.response[p]:
+                return p
+        return None
+
+
+def _stated_answer(
+    tokens: list[int], text: str, eos: set[int], marker: str, gold: str | None
+) -> Any:
+    """The branch's answer if it stated one completely (or stated one and ended at EOS)."""
+    value, complete = marked_answer(text, marker, gold)
+    if value is None:
+        return None
+    return value if complete or (tokens and tokens[-1] in eos) else None
+
+
+def _answer_stop(
+    prefixes: Sequence[list[int]],
+    owners: Sequence[int],
+    answer_task: Sequence[bool],
+    golds: Sequence[str | None],
+    decode_text: Callable[[list[int]], str],
+    marker: str,
+) -> Callable[[int, list[int]], bool]:
+    """The stopping rule of a batch of branches: row b (prompt ``owners[b]``, response so far
+    ``prefixes[b]`` + generated tokens) stops once an answer task's text states a complete
+    answer."""
+
+    def stop(row: int, tokens: list[int]) -> bool:
+        i = owners[row]
+        if not answer_task[i]:
+            return False
+        return marked_answer(decode_text(prefixes[row] + tokens), marker, golds[i])[1]
+
+    return stop
+
+
+def _draft_choices(
+    draft: torch.nn.Module,
+    caches: Sequence[RowCache | None],
+    feeds: Sequence[list[int]],
+    wanted: Sequence[int],
+    pad_token_id: int,
+) -> tuple[list[list[int]], list[RowCache]]:
+    """Teacher-force the draft over ``feeds[b]`` after ``caches[b]``: its greedy choice after
+    each of the last ``wanted[b]`` fed tokens, and its cache of everything fed."""
+    batch = BranchBatch(draft, caches)
+    choice, _ = batch.feed(feeds, max(wanted), pad_token_id, with_hidden=False)
+    out = [choice[b, choice.shape[1] - n :].tolist() for b, n in enumerate(wanted)]
+    return out, [batch.row_cache(b) for b in range(len(feeds))]
 
 
 def mine_labels(
@@ -171,143 +147,229 @@ def mine_labels(
     batch_size: int,
     decode_text: Callable[[list[int]], str],
     similarity: Callable[[list[str], list[str]], list[float]] | None = None,
-    similarity_threshold: float = 0.9,
+    similarity_threshold: float = 0.85,
     max_mismatches_per_prompt: int | None = None,
     hidden_dtype: Any = np.float32,
+    *,
+    label_max_new_tokens: int | None = None,
+    answer_marker: str = DEFAULT_ANSWER_MARKER,
 ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """Mine (mismatch, label) pairs with AutoJudge's semi-greedy walk (methods §4.2).
+    """Mine (mismatch, label) pairs with AutoJudge's semi-greedy walk (module docstring).
 
-    Per prompt (token ids, non-empty): the target's greedy response R (at most
-    ``max_new_tokens`` tokens, EOS included). The draft is teacher-forced over prompt + R; its
-    argmax at response position p is its choice there. Walking the mismatches p (draft choice
-    d != R[p]) in order, the target continues prefix = prompt + R[:p] + [d] greedily to the
-    same total budget (or EOS), giving the alternative response A. The prompt is an *answer
-    task* when it has a gold answer or when the original response has a final number: A is
-    safe (label 0, risk 0) iff its final answer equals the original's (the target's own answer,
-    as in AutoJudge). Otherwise (open text) s = ``similarity([text(A)], [text(R0)])`` and A is
-    safe iff s >= ``similarity_threshold``, with soft risk 1 - s (clipped to [0, 1]).
-    ``similarity`` None uses ``edgespec.scoring.semantic_similarity`` when an open-text prompt
-    needs it. Texts are ``decode_text`` of the response tokens (prompt excluded).
+    Per prompt (token ids, non-empty): the target's greedy response R0, at most
+    ``label_max_new_tokens`` tokens (default ``max_new_tokens``), ending early at EOS or, for
+    an answer task, once it states a complete answer (``marked_answer`` after
+    ``answer_marker``). Mismatches are mined among the first ``max_new_tokens`` positions (the
+    decoding budget: where decoding meets them): the draft, teacher-forced over the current
+    response, proposes d != R[p] at p. Walking them in order, the target continues prompt +
+    R[:p] + [d] greedily to the same total budget and stopping rule, giving the alternative A.
 
-    Semi-greedy: a safe substitution is kept, and the walk continues on A (the draft is
-    teacher-forced again over it); an important one keeps the current response. Answers are
-    always compared with the original response R0. At most ``max_mismatches_per_prompt``
-    mismatches are judged per prompt (None: all). All continuations of one walk step are
-    batched across prompts (``batch_size`` rows per forward).
+    A prompt is an *answer task* iff it has a gold answer. When R0 and A both state an answer,
+    A is safe (label 0, risk 0) iff the answers agree (the target's own answer, as in
+    AutoJudge), else important (label 1, risk 1): criterion "answer". Otherwise (open text, or
+    a branch that never states an answer) s = ``similarity([text(A)], [text(R0)])``, A is
+    safe iff s >= ``similarity_threshold`` and its risk is the graded 1 - s (clipped to
+    [0, 1]): criterion "similarity". ``similarity`` None uses
+    ``edgespec.scoring.semantic_similarity`` when needed. Texts are ``decode_text`` of the
+    response tokens (prompt excluded).
 
-    Returns (table, draft_hidden [N, H_d], target_hidden [N, H_t]) with one row per judged
-    mismatch, ordered by prompt then position. Columns: prompt_id, step (0-based order within
-    the prompt), position (index p in the response), draft_token, target_token (the current
-    response's token at p, the target's greedy choice there), label (1 = important, 0 = safe),
-    risk, similarity (NaN for answer tasks), answer_task. h_draft is the draft's last-layer
-    state that proposed the draft token at p and h_target the target's state that scored it
-    (both the state after the token before p; ``DraftRound`` convention), as ``hidden_dtype``.
+    Semi-greedy: a safe substitution is kept and the walk continues on A; an important one
+    keeps the current response. Answers are always compared with R0. At most
+    ``max_mismatches_per_prompt`` are judged per prompt (None: all). Prompts are processed
+    ``batch_size`` at a time, each walk step's branches batched together.
+
+    Returns (table, draft_hidden [N, H_d], target_hidden [N, H_t]), one row per judged
+    mismatch ordered by prompt then position, columns ``LABEL_COLUMNS``: prompt_id, step
+    (0-based order within the prompt), position p, draft_token, target_token (the current
+    response's token at p), label (1 = important), risk, similarity (NaN under the answer
+    criterion), answer_task, criterion. The hidden states are the after-token states of the
+    draft token (both models, state after consuming d at p; ``DraftRound`` convention), as
+    ``hidden_dtype``.
     """
     n = len(prompts)
+    label_budget = max_new_tokens if label_max_new_tokens is None else int(label_max_new_tokens)
     if len(prompt_ids) != n or len(golds) != n:
         raise ValueError("prompts, prompt_ids and golds need the same length")
     if max_new_tokens < 1 or batch_size < 1:
         raise ValueError("max_new_tokens and batch_size must be >= 1")
+    if label_budget < max_new_tokens:
+        raise ValueError(
+            f"label_max_new_tokens ({label_budget}) must be >= max_new_tokens ({max_new_tokens})"
+        )
     if max_mismatches_per_prompt is not None and max_mismatches_per_prompt < 1:
         raise ValueError("max_mismatches_per_prompt must be >= 1 or None")
     for i, prompt in enumerate(prompts):
         if len(prompt) < 1:
             raise ValueError(f"prompt {i} is empty")
-    eos = tuple(int(t) for t in eos_token_ids)
+    eos = set(int(t) for t in eos_token_ids)
     cap = max_mismatches_per_prompt if max_mismatches_per_prompt is not None else math.inf
+    answer_task = [g is not None for g in golds]
 
-    cfg = DecodingConfig(
-        max_new_tokens=max_new_tokens,
-        temperature=0.0,
-        eos_token_ids=eos,
-        pad_token_id=pad_token_id,
-        batch_size=batch_size,
-    )
-    originals = generate_tokenwise(prompts, cfg, torch.Generator(), target=target)
-    ref_texts = [decode_text(list(r)) for r in originals]
-    answer_task = [
-        g is not None or extract_final_number(t) is not None
-        for g, t in zip(golds, ref_texts, strict=True)
-    ]
-    ref_keys = [
-        _answer_key(t, g) if a else None
-        for t, g, a in zip(ref_texts, golds, answer_task, strict=True)
-    ]
+    def judge_similarity(texts: list[str], refs: list[str]) -> list[float]:
+        nonlocal similarity
+        if similarity is None:
+            from edgespec.scoring import semantic_similarity
 
-    walks = [_Walk(i, list(originals[i])) for i in range(n)]
+            similarity = semantic_similarity
+        scores = list(similarity(texts, refs))
+        if len(scores) != len(texts):
+            raise ValueError("similarity returned a wrong number of scores")
+        return [float(s) for s in scores]
+
     rows: list[dict[str, Any]] = []
     h_draft_rows: list[torch.Tensor] = []
     h_target_rows: list[torch.Tensor] = []
     progress = tqdm(total=n, desc="mine labels", unit="prompt")
-    active = list(walks)
-    while active:
-        _refresh(
-            draft, target, prompts, [w for w in active if w.stale], pad_token_id, batch_size, cap
-        )
-        jobs = [w for w in active if w.pending]
-        finished = [w for w in active if not w.pending]
-        progress.update(len(finished))
-        if not jobs:
-            break
-        picks = [w.pending.pop(0) for w in jobs]
-        prefixes, budgets = [], []
-        for w, (p, d, _, _) in zip(jobs, picks, strict=True):
-            prefixes.append(list(prompts[w.index]) + w.response[:p] + [d])
-            budgets.append(0 if d in eos else max_new_tokens - p - 1)
-        tails = _greedy_continuations(target, prefixes, budgets, eos, pad_token_id, batch_size)
-        alternatives = [
-            w.response[:p] + [d] + tail
-            for w, (p, d, _, _), tail in zip(jobs, picks, tails, strict=True)
-        ]
-        alt_texts = [decode_text(list(a)) for a in alternatives]
-        open_rows = [k for k, w in enumerate(jobs) if not answer_task[w.index]]
-        sims: dict[int, float] = {}
-        if open_rows:
-            if similarity is None:
-                from edgespec.scoring import semantic_similarity
+    for start in range(0, n, batch_size):
+        chunk = list(range(start, min(start + batch_size, n)))
 
-                similarity = semantic_similarity
-            scores = similarity(
-                [alt_texts[k] for k in open_rows], [ref_texts[jobs[k].index] for k in open_rows]
+        def stop_rule(prefixes: Sequence[list[int]], owners: Sequence[int]):
+            return _answer_stop(prefixes, owners, answer_task, golds, decode_text, answer_marker)
+
+        # The original responses R0, from one prefill of each prompt.
+        originals = greedy_continue(
+            target,
+            [None] * len(chunk),
+            [list(prompts[i]) for i in chunk],
+            [label_budget] * len(chunk),
+            eos,
+            stop=stop_rule([[] for _ in chunk], chunk),
+            pad_token_id=pad_token_id,
+        )
+        refs: dict[int, _Branch] = {}
+        for i, cont in zip(chunk, originals, strict=True):
+            text = decode_text(list(cont.tokens))
+            answer = _stated_answer(cont.tokens, text, eos, answer_marker, golds[i])
+            refs[i] = _Branch(list(cont.tokens), text, answer if answer_task[i] else None)
+        mined = [min(len(refs[i].tokens), max_new_tokens) for i in chunk]
+        choices, draft_caches = _draft_choices(
+            draft,
+            [None] * len(chunk),
+            [list(prompts[i]) + refs[i].tokens[: m - 1] for i, m in zip(chunk, mined, strict=True)],
+            mined,
+            pad_token_id,
+        )
+        walks = [
+            _Walk(i, list(refs[i].tokens), cont.cache, dcache, choice)
+            for i, cont, dcache, choice in zip(chunk, originals, draft_caches, choices, strict=True)
+        ]
+
+        while True:
+            walks = [w for w in walks if w.judged < cap and w.next_mismatch() is not None]
+            jobs = walks
+            if not jobs:
+                break
+            picks = [w.next_mismatch() for w in jobs]
+            draft_tokens = [w.choices[p] for w, p in zip(jobs, picks, strict=True)]
+            lengths = [len(prompts[w.index]) for w in jobs]
+            # Target branches: the alternative responses, from the cached prefix prompt + R[:p].
+            prefixes = [
+                w.response[:p] + [d] for w, p, d in zip(jobs, picks, draft_tokens, strict=True)
+            ]
+            branches = greedy_continue(
+                target,
+                [
+                    w.target_cache.prefix(n_p + p)
+                    for w, n_p, p in zip(jobs, lengths, picks, strict=True)
+                ],
+                [[d] for d in draft_tokens],
+                [
+                    0 if d in eos else label_budget - p - 1
+                    for p, d in zip(picks, draft_tokens, strict=True)
+                ],
+                eos,
+                stop=stop_rule(prefixes, [w.index for w in jobs]),
+                pad_token_id=pad_token_id,
             )
-            if len(scores) != len(open_rows):
-                raise ValueError("similarity returned a wrong number of scores")
-            sims = {k: float(s) for k, s in zip(open_rows, scores, strict=True)}
-        for k, (w, (p, d, h_d, h_t)) in enumerate(zip(jobs, picks, strict=True)):
-            i = w.index
-            if answer_task[i]:
-                safe = _answer_key(alt_texts[k], golds[i]) == ref_keys[i]
-                risk, sim = 0.0 if safe else 1.0, math.nan
-            else:
-                sim = sims[k]
-                safe = sim >= similarity_threshold
-                risk = float(min(max(1.0 - sim, 0.0), 1.0))
-            rows.append(
-                {
-                    "prompt_id": prompt_ids[i],
-                    "step": w.judged,
-                    "position": p,
-                    "draft_token": int(d),
-                    "target_token": int(w.response[p]),
-                    "label": 0 if safe else 1,
-                    "risk": risk,
-                    "similarity": sim,
-                    "answer_task": bool(answer_task[i]),
-                    "_order": i,
-                }
+            # The draft's after-token state of d (and its next choice on the alternative).
+            draft_batch = BranchBatch(
+                draft,
+                [
+                    w.draft_cache.prefix(n_p + p)
+                    for w, n_p, p in zip(jobs, lengths, picks, strict=True)
+                ],
             )
-            h_draft_rows.append(h_d)
-            h_target_rows.append(h_t)
-            w.judged += 1
-            w.border = p + 1
-            if safe:
-                w.response = alternatives[k]
-                w.stale, w.pending = True, None
-            if w.judged >= cap:
-                w.pending = []
-                w.stale = False
-        active = [w for w in jobs if w.judged < cap]
-        progress.update(len(jobs) - len(active))
+            after_d, h_draft = draft_batch.feed([[d] for d in draft_tokens], 1, pad_token_id)
+
+            alternatives = [pre + b.tokens for pre, b in zip(prefixes, branches, strict=True)]
+            alt_texts = [decode_text(list(a)) for a in alternatives]
+            verdicts: list[tuple[bool, float, float, str]] = [None] * len(jobs)  # type: ignore[list-item]
+            fallback = []
+            for k, w in enumerate(jobs):
+                ref = refs[w.index]
+                alt_answer = (
+                    _stated_answer(
+                        alternatives[k], alt_texts[k], eos, answer_marker, golds[w.index]
+                    )
+                    if answer_task[w.index]
+                    else None
+                )
+                if ref.answer is not None and alt_answer is not None:
+                    safe = alt_answer == ref.answer
+                    verdicts[k] = (safe, 0.0 if safe else 1.0, math.nan, "answer")
+                else:
+                    fallback.append(k)
+            if fallback:
+                sims = judge_similarity(
+                    [alt_texts[k] for k in fallback], [refs[jobs[k].index].text for k in fallback]
+                )
+                for k, s in zip(fallback, sims, strict=True):
+                    risk = float(min(max(1.0 - s, 0.0), 1.0))
+                    verdicts[k] = (s >= similarity_threshold, risk, s, "similarity")
+
+            adopt = []
+            for k, (w, p, d) in enumerate(zip(jobs, picks, draft_tokens, strict=True)):
+                safe, risk, sim, criterion = verdicts[k]
+                rows.append(
+                    {
+                        "prompt_id": prompt_ids[w.index],
+                        "step": w.judged,
+                        "position": p,
+                        "draft_token": int(d),
+                        "target_token": int(w.response[p]),
+                        "label": 0 if safe else 1,
+                        "risk": risk,
+                        "similarity": sim,
+                        "answer_task": bool(answer_task[w.index]),
+                        "criterion": criterion,
+                        "_order": w.index,
+                    }
+                )
+                h_draft_rows.append(h_draft[k, -1])
+                h_target_rows.append(branches[k].first_hidden)
+                w.judged += 1
+                w.border = p + 1
+                if safe:
+                    adopt.append(k)
+            # Semi-greedy: a safe alternative becomes the walk's response (and caches).
+            if adopt:
+                feeds, wanted, keep_idx = [], [], []
+                for k in adopt:
+                    w, p = jobs[k], picks[k]
+                    w.response = alternatives[k]
+                    w.target_cache = branches[k].cache
+                    m = min(len(w.response), max_new_tokens)
+                    w.choices = w.choices[:p] + [draft_tokens[k]]
+                    if m > p + 1:
+                        w.choices.append(int(after_d[k, -1]))
+                    if m > p + 2:
+                        feeds.append(w.response[p + 1 : m - 1])
+                        wanted.append(len(feeds[-1]))
+                        keep_idx.append(k)
+                    else:
+                        w.draft_cache = draft_batch.row_cache(k)
+                if keep_idx:
+                    more, caches = _draft_choices(
+                        draft,
+                        [draft_batch.row_cache(k) for k in keep_idx],
+                        feeds,
+                        wanted,
+                        pad_token_id,
+                    )
+                    for k, extra, cache in zip(keep_idx, more, caches, strict=True):
+                        jobs[k].choices.extend(extra)
+                        jobs[k].draft_cache = cache
+        progress.update(len(chunk))
     progress.close()
 
     table = pd.DataFrame(rows, columns=[*LABEL_COLUMNS, "_order"])
@@ -323,63 +385,29 @@ def mine_labels(
             "risk": np.float64,
             "similarity": np.float64,
             "answer_task": bool,
+            "criterion": str,
         }
     )
     d_draft = draft.config.hidden_size if not h_draft_rows else h_draft_rows[0].shape[-1]
     d_target = target.config.hidden_size if not h_target_rows else h_target_rows[0].shape[-1]
     draft_hidden = (
-        torch.stack(h_draft_rows).numpy()[order] if h_draft_rows else np.zeros((0, d_draft))
+        torch.stack(h_draft_rows).double().numpy()[order]
+        if h_draft_rows
+        else np.zeros((0, d_draft))
     )
     target_hidden = (
-        torch.stack(h_target_rows).numpy()[order] if h_target_rows else np.zeros((0, d_target))
+        torch.stack(h_target_rows).double().numpy()[order]
+        if h_target_rows
+        else np.zeros((0, d_target))
     )
     return table, draft_hidden.astype(hidden_dtype), target_hidden.astype(hidden_dtype)
 
 
-def _refresh(
-    draft: torch.nn.Module,
-    target: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    walks: Sequence[_Walk],
-    pad_token_id: int,
-    batch_size: int,
-    cap: float,
-) -> None:
-    """Teacher-force the draft (and, where it disagrees, the target) over the walks' current
-    responses and queue the mismatches at or after each border (at most the uncapped rest)."""
-    if not walks:
-        return
-
-    def mismatches(k: int, choice: np.ndarray | None) -> list[int]:
-        w = walks[k]
-        found = np.flatnonzero(choice != np.asarray(w.response))
-        found = found[found >= w.border]
-        room = cap - w.judged
-        return found.tolist() if math.isinf(room) else found[: int(room)].tolist()
-
-    forced = _teacher_forced(
-        draft,
-        [prompts[w.index] for w in walks],
-        [w.response for w in walks],
-        pad_token_id,
-        batch_size,
-        mismatches,
-        with_argmax=True,
+def criterion_counts(table: pd.DataFrame) -> dict[str, int]:
+    """How many labels each criterion decided, and how many answer tasks fell back to the
+    similarity because a branch never stated an answer (for the report)."""
+    counts = {c: int((table["criterion"] == c).sum()) for c in CRITERIA}
+    counts["answer_task_fallback"] = int(
+        ((table["criterion"] == "similarity") & table["answer_task"]).sum()
     )
-    need = [k for k, (_, picked, _) in enumerate(forced) if picked]
-    scored = _teacher_forced(
-        target,
-        [prompts[walks[k].index] for k in need],
-        [walks[k].response for k in need],
-        pad_token_id,
-        batch_size,
-        lambda j, _: forced[need[j]][1],
-        with_argmax=False,
-    )
-    target_states = {k: states for k, (_, _, states) in zip(need, scored, strict=True)}
-    for k, w in enumerate(walks):
-        choice, picked, h_draft = forced[k]
-        w.pending = [
-            (p, int(choice[p]), h_draft[j], target_states[k][j]) for j, p in enumerate(picked)
-        ]
-        w.stale = False
+    return counts

@@ -3,12 +3,15 @@
 The formulation below is this project's own reconstruction: the WISV paper's relabeling
 objective is not public (docs/methods.md §9).
 
-A mismatch j (the draft token differs from the target's) carries a soft risk r_j in [0, 1],
-the probability that accepting the draft token changes the final answer (label mining,
-methods §4.2). Under one CSI sample c the edge can
+A mismatch j (the draft token differs from the target's) carries a risk r_j in [0, 1], the
+probability that accepting the draft token changes the answer (label mining, methods §4.2:
+0/1 where the answers decide, graded 1 - similarity elsewhere). Under one CSI sample c the edge
+can
 
 - *repair* it (z_j = 1): commit the target's token, which ends the round early, so the answer
-  needs about one more interaction round, costing C_rep(c) seconds (``repair_cost_s``); or
+  needs about one more interaction round, costing C_rep(c) (``edgespec.wisv.csi``
+  ``repair_cost_rounds``: in rounds of compute T_0, so 1 plus the round's communication over
+  T_0); or
 - *skip* it (z_j = 0): accept the draft token and risk the answer with probability r_j.
 
 Per group of mismatches (one prompt's response, J mismatches) we solve the boolean programme
@@ -17,13 +20,16 @@ Per group of mismatches (one prompt's response, J mismatches) we solve the boole
     s.t.   sum_j (1 - z_j) * r_j <= risk_budget * J           (only if risk_budget is given)
            z in {0, 1}^J
 
-Units: ``lam`` is in **seconds per unit risk**, the latency one would pay to avoid one expected
-answer change. lam * r_j is then the expected accuracy cost of skipping j, expressed in
-seconds, and is directly comparable with C_rep(c). Without the budget the problem separates:
-repair j iff r_j > C_rep(c) / lam, so ``lam`` sets the risk that one repair round is worth, and a
-worse channel (larger C_rep) raises that bar. ``risk_budget`` is the mean skipped risk allowed
-per mismatch, i.e. the expected number of answer changes per mismatch: a hard accuracy guard
-that holds whatever the channel.
+Units: C_rep and ``lam`` share a unit; the workflow states both in rounds of compute, so lam
+(rounds per unit risk) is how many rounds one would pay to avoid one expected answer change, the
+same trade-off on any machine. Without the budget the problem separates: repair j iff
+r_j > C_rep(c) / lam, and a worse channel (larger C_rep) raises that bar. ``risk_budget`` is the
+mean skipped risk allowed per mismatch, a hard accuracy guard whatever the channel.
+
+Ties are broken deterministically: among the optimal z, the solver's second stage picks the one
+minimising sum_j (j + 1) z_j (j the mismatch's order in the response), i.e. fewer repairs and,
+at equal count, the earliest mismatches repaired (an early change propagates through more of the
+answer). Without this, equal 0/1 risks left the choice to the solver.
 
 Structure (used by the tests as a check, not by the code): for a fixed number k of repairs,
 repairing the k highest-risk mismatches both minimises the objective and maximises the slack in
@@ -60,39 +66,6 @@ class RelabelError(ValueError):
     """The relabeling problem is infeasible, unsolved, or given invalid inputs."""
 
 
-def repair_cost_s(
-    rate_bps: float,
-    rtt_s: float,
-    gamma: int,
-    draft_token_s: float,
-    target_verify_s: float,
-    uplink_bits: float,
-) -> float:
-    """Latency [s] of one extra interaction round under this CSI: C_rep(c).
-
-    C_rep = gamma * draft_token_s + uplink_bits / rate_bps + target_verify_s + rtt_s,
-
-    i.e. the device drafts gamma tokens, uploads ``uplink_bits`` (the round's uplink payload
-    under the protocol in use, e.g. ids plus draft hidden states for FH) at the round's uplink
-    rate, the edge verifies, and the round trip adds ``rtt_s`` (which also covers the few-byte
-    downlink). Compute times come from the latency profile, never hard-coded (methods §5).
-    """
-    values = {
-        "rtt_s": rtt_s,
-        "draft_token_s": draft_token_s,
-        "target_verify_s": target_verify_s,
-        "uplink_bits": uplink_bits,
-    }
-    for name, value in values.items():
-        if not (math.isfinite(value) and value >= 0):
-            raise RelabelError(f"{name} must be finite and >= 0, got {value}")
-    if not (rate_bps > 0):
-        raise RelabelError(f"rate_bps must be > 0, got {rate_bps}")
-    if int(gamma) != gamma or gamma < 1:
-        raise RelabelError(f"gamma must be a positive integer, got {gamma}")
-    return float(gamma * draft_token_s + uplink_bits / rate_bps + target_verify_s + rtt_s)
-
-
 @lru_cache(maxsize=64)
 def _problem(num: int) -> tuple[cp.Problem, cp.Variable, dict[str, cp.Parameter]]:
     """A parametrised (DPP) problem for J = num mismatches, compiled once and reused."""
@@ -108,44 +81,32 @@ def _problem(num: int) -> tuple[cp.Problem, cp.Variable, dict[str, cp.Parameter]
     return cp.Problem(objective, constraints), z, params
 
 
-def relabel_mismatches(
-    risk: np.ndarray,
-    repair_cost_s: float,
-    lam: float,
-    risk_budget: float | None,
-    solver: str = "HIGHS",
-) -> np.ndarray:
-    """Solve the relabeling programme (module docstring) for one group; True = repair.
+@lru_cache(maxsize=64)
+def _tiebreak_problem(num: int) -> tuple[cp.Problem, cp.Variable, dict[str, cp.Parameter]]:
+    """Second stage: among z within ``optimum`` of the first stage's objective, the smallest
+    sum_j (j + 1) z_j."""
+    z = cp.Variable(num, boolean=True)
+    params = {
+        "cost": cp.Parameter(nonneg=True),
+        "lam_risk": cp.Parameter(num, nonneg=True),
+        "risk": cp.Parameter(num, nonneg=True),
+        "budget": cp.Parameter(),
+        "optimum": cp.Parameter(),
+    }
+    primary = params["cost"] * cp.sum(z) + params["lam_risk"] @ (1 - z)
+    order = np.arange(1, num + 1, dtype=np.float64)
+    constraints = [
+        params["risk"] @ (1 - z) <= params["budget"],
+        primary <= params["optimum"],
+    ]
+    return cp.Problem(cp.Minimize(order @ z), constraints), z, params
 
-    ``risk`` [J] in [0, 1]; ``repair_cost_s`` = C_rep(c) in seconds; ``lam`` in seconds per
-    unit risk; ``risk_budget`` the allowed mean skipped risk per mismatch (None: no budget).
-    The boolean programme is solved with cvxpy, by ``solver`` first ("HIGHS") and, should that
-    fail or be missing, by the other of HIGHS/SCIPY. Raises RelabelError if the budget is
-    infeasible (only a negative budget is: repairing everything skips no risk).
-    """
-    risk = np.asarray(risk, dtype=np.float64)
-    if risk.ndim != 1:
-        raise RelabelError(f"risk must be 1-D, got shape {risk.shape}")
-    if not np.all(np.isfinite(risk)) or np.any(risk < 0) or np.any(risk > 1):
-        raise RelabelError("risk must lie in [0, 1]")
-    if not (math.isfinite(repair_cost_s) and repair_cost_s >= 0):
-        raise RelabelError(f"repair_cost_s must be finite and >= 0, got {repair_cost_s}")
-    if not (math.isfinite(lam) and lam >= 0):
-        raise RelabelError(f"lam must be finite and >= 0 (seconds per unit risk), got {lam}")
-    if risk_budget is not None and not math.isfinite(risk_budget):
-        raise RelabelError(f"risk_budget must be finite or None, got {risk_budget}")
-    num = risk.shape[0]
-    if num == 0:
-        return np.zeros(0, dtype=bool)
 
-    problem, z, params = _problem(num)
-    params["cost"].value = float(repair_cost_s)
-    params["lam_risk"].value = lam * risk
-    params["risk"].value = risk
-    # Without a budget the constraint is made slack: skipping everything skips sum(risk).
-    bound = float(risk.sum()) + 1.0 if risk_budget is None else float(risk_budget) * num
-    params["budget"].value = bound
+TIE_TOLERANCE = 1e-7
+"""Relative slack on the optimal objective within which z counts as optimal (second stage)."""
 
+
+def _solve(problem: cp.Problem, z: cp.Variable, solver: str) -> tuple[np.ndarray, float]:
     order = [solver] + [s for s in _SOLVERS if s != solver]
     installed = set(cp.installed_solvers())
     errors = []
@@ -160,18 +121,76 @@ def relabel_mismatches(
             continue
         status = problem.status
         if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
-            raise RelabelError(
-                f"relabeling infeasible: risk_budget={risk_budget} allows a total skipped risk "
-                f"of {bound:g} over {num} mismatches; the budget must be >= 0"
-            )
+            raise _Infeasible()
         if status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) and z.value is not None:
-            decision = np.asarray(z.value) > 0.5
-            skipped = float(risk[~decision].sum())
-            if skipped > bound + _FEASIBILITY_TOL * max(1.0, num):
-                raise RelabelError(f"{name} returned a solution that breaks the budget")
-            return decision
+            return np.asarray(z.value) > 0.5, float(problem.value)
         errors.append(f"{name}: status {status}")
     raise RelabelError("relabeling not solved: " + "; ".join(errors))
+
+
+class _Infeasible(Exception):
+    pass
+
+
+def relabel_mismatches(
+    risk: np.ndarray,
+    repair_cost: float,
+    lam: float,
+    risk_budget: float | None,
+    solver: str = "HIGHS",
+) -> np.ndarray:
+    """Solve the relabeling programme (module docstring) for one group; True = repair.
+
+    ``risk`` [J] in [0, 1], in the group's order (position in the response); ``repair_cost``
+    = C_rep(c) and ``lam`` (per unit risk) in one unit, e.g. rounds; ``risk_budget`` the
+    allowed mean skipped risk per mismatch (None: no budget). Two cvxpy boolean programmes are
+    solved, by ``solver`` first ("HIGHS") and, should that fail or be missing, by the other of
+    HIGHS/SCIPY: the optimum, then the deterministic tie-break among optimal z. Raises
+    RelabelError if the budget is infeasible (only a negative budget is: repairing everything
+    skips no risk).
+    """
+    risk = np.asarray(risk, dtype=np.float64)
+    if risk.ndim != 1:
+        raise RelabelError(f"risk must be 1-D, got shape {risk.shape}")
+    if not np.all(np.isfinite(risk)) or np.any(risk < 0) or np.any(risk > 1):
+        raise RelabelError("risk must lie in [0, 1]")
+    if not (math.isfinite(repair_cost) and repair_cost >= 0):
+        raise RelabelError(f"repair_cost must be finite and >= 0, got {repair_cost}")
+    if not (math.isfinite(lam) and lam >= 0):
+        raise RelabelError(f"lam must be finite and >= 0 (per unit risk), got {lam}")
+    if risk_budget is not None and not math.isfinite(risk_budget):
+        raise RelabelError(f"risk_budget must be finite or None, got {risk_budget}")
+    num = risk.shape[0]
+    if num == 0:
+        return np.zeros(0, dtype=bool)
+
+    # Without a budget the constraint is made slack: skipping everything skips sum(risk).
+    bound = float(risk.sum()) + 1.0 if risk_budget is None else float(risk_budget) * num
+    values = {
+        "cost": float(repair_cost),
+        "lam_risk": lam * risk,
+        "risk": risk,
+        "budget": bound,
+    }
+    problem, z, params = _problem(num)
+    for key, value in values.items():
+        params[key].value = value
+    try:
+        _, optimum = _solve(problem, z, solver)
+        problem, z, params = _tiebreak_problem(num)
+        for key, value in values.items():
+            params[key].value = value
+        params["optimum"].value = optimum + TIE_TOLERANCE * max(1.0, abs(optimum))
+        decision, _ = _solve(problem, z, solver)
+    except _Infeasible:
+        raise RelabelError(
+            f"relabeling infeasible: risk_budget={risk_budget} allows a total skipped risk "
+            f"of {bound:g} over {num} mismatches; the budget must be >= 0"
+        ) from None
+    skipped = float(risk[~decision].sum())
+    if skipped > bound + _FEASIBILITY_TOL * max(1.0, num):
+        raise RelabelError("the solver returned a solution that breaks the budget")
+    return decision
 
 
 def _check_csi_samples(csi_samples: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -179,8 +198,8 @@ def _check_csi_samples(csi_samples: Sequence[Mapping[str, Any]]) -> list[str]:
         raise RelabelError("csi_samples is empty")
     names: list[str] | None = None
     for i, sample in enumerate(csi_samples):
-        if "features" not in sample or "repair_cost_s" not in sample:
-            raise RelabelError(f"csi sample {i} needs 'features' and 'repair_cost_s'")
+        if "features" not in sample or "repair_cost" not in sample:
+            raise RelabelError(f"csi sample {i} needs 'features' and 'repair_cost'")
         keys = list(sample["features"])
         if names is None:
             names = keys
@@ -201,12 +220,14 @@ def relabel_over_csi(
 
     ``mismatches`` has columns ``group_by`` (prompt id), ``risk`` (soft risk in [0, 1]) and
     ``label`` (base label, 0 safe / 1 important); if ``risk`` is absent the hard label is used
-    as the risk. Each CSI sample is ``{"features": {name: value}, "repair_cost_s": float}``
-    (features e.g. from ``edgespec.wireless.channel.csi_features``).
+    as the risk; rows of a group are taken in their order in ``mismatches`` (the tie-break's
+    order: sort by position). Each CSI sample is ``{"features": {name: value},
+    "repair_cost": float}`` (features e.g. from ``edgespec.wisv.csi.CsiSample.features``, the
+    cost in the unit of ``lam``, e.g. ``repair_cost_rounds``).
 
     Returns one row per (mismatch, CSI sample), ordered by sample then mismatch, with columns
     ``mismatch`` (the index label in ``mismatches``), ``group_by``, ``csi_sample`` (position in
-    ``csi_samples``), ``phi_<name>`` per CSI feature, ``repair_cost_s``, ``risk``, ``label``
+    ``csi_samples``), ``phi_<name>`` per CSI feature, ``repair_cost``, ``risk``, ``label``
     (base) and ``label_csi`` (1 = repair/important, 0 = safe to accept under this CSI).
     """
     if group_by not in mismatches.columns:
@@ -227,7 +248,7 @@ def relabel_over_csi(
     positions = pd.Series(np.arange(len(mismatches))).groupby(groups, sort=False).indices
     frames = []
     for sample_id, sample in enumerate(csi_samples):
-        cost = float(sample["repair_cost_s"])
+        cost = float(sample["repair_cost"])
         repair = np.zeros(len(mismatches), dtype=bool)
         for group, pos in positions.items():
             try:
@@ -243,7 +264,7 @@ def relabel_over_csi(
             frame[FEATURE_PREFIX + name] = np.full(len(mismatches), sample["features"][name])
         frame.update(
             {
-                "repair_cost_s": np.full(len(mismatches), cost),
+                "repair_cost": np.full(len(mismatches), cost),
                 "risk": risk,
                 "label": base,
                 "label_csi": repair.astype(np.int64),
@@ -261,7 +282,7 @@ def csi_feature_columns(relabeled: pd.DataFrame) -> list[str]:
 def safe_fraction_by_channel(relabeled: pd.DataFrame) -> pd.DataFrame:
     """Per CSI sample: how many mismatches became safe, sorted by repair cost.
 
-    Columns: ``csi_sample``, the CSI feature columns, ``repair_cost_s``, ``n_mismatches``,
+    Columns: ``csi_sample``, the CSI feature columns, ``repair_cost``, ``n_mismatches``,
     ``n_safe``, ``safe_fraction`` and ``skipped_risk_mean`` (mean risk skipped per mismatch,
     the quantity the risk budget bounds).
     """
@@ -270,7 +291,7 @@ def safe_fraction_by_channel(relabeled: pd.DataFrame) -> pd.DataFrame:
         _safe=(relabeled["label_csi"] == 0).astype(np.int64),
         _skipped_risk=np.where(relabeled["label_csi"] == 0, relabeled["risk"], 0.0),
     )
-    out = frame.groupby(["csi_sample", *features, "repair_cost_s"], sort=False, dropna=False).agg(
+    out = frame.groupby(["csi_sample", *features, "repair_cost"], sort=False, dropna=False).agg(
         n_mismatches=("_safe", "size"),
         n_safe=("_safe", "sum"),
         skipped_risk_mean=("_skipped_risk", "mean"),
@@ -280,10 +301,37 @@ def safe_fraction_by_channel(relabeled: pd.DataFrame) -> pd.DataFrame:
     columns = [
         "csi_sample",
         *features,
-        "repair_cost_s",
+        "repair_cost",
         "n_mismatches",
         "n_safe",
         "safe_fraction",
         "skipped_risk_mean",
     ]
-    return out[columns].sort_values(["repair_cost_s", "csi_sample"], ignore_index=True)
+    return out[columns].sort_values(["repair_cost", "csi_sample"], ignore_index=True)
+
+
+TRADE_OFF_KEYS = (
+    "wisv.relabel.lam_rounds_per_risk",
+    "wisv.relabel.risk_budget",
+    "wisv.similarity_threshold",
+    "wisv.relabel.snr_db_range",
+    "wisv.relabel.bandwidth_hz_range",
+    "wisv.relabel.rtt_s_range",
+)
+"""The config keys that set the relabeling trade-off (named when a label set has one class)."""
+
+
+def check_two_classes(labels: Any, what: str, detail: str = "") -> None:
+    """RelabelError unless ``labels`` (1 = important, 0 = safe) hold both classes; the message
+    gives the counts and names the config keys that set the trade-off, so that a one-class label
+    set stops the workflow here and not in head training."""
+    labels = np.asarray(labels)
+    important = int((labels == 1).sum())
+    safe = int((labels == 0).sum())
+    if important and safe:
+        return
+    raise RelabelError(
+        f"{what}: {safe} safe and {important} important of {len(labels)}{detail}; a decision "
+        f"head needs both classes. The trade-off is set by {', '.join(TRADE_OFF_KEYS)} (and "
+        "the prompts mined: data.datasets, data.calib_fraction)."
+    )
