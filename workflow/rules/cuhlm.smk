@@ -4,7 +4,6 @@ rule fit_calibration:
         tokens=trace_tables(),
     output:
         fit="results/cuhlm/calibration/fit.json",
-        thresholds="results/cuhlm/calibration/thresholds.csv",
         bins="results/cuhlm/calibration/bins.csv",
         figure=report(
             "results/cuhlm/calibration/beta_vs_u.png",
@@ -18,12 +17,39 @@ rule fit_calibration:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=10,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
     params:
-        cuhlm=config["cuhlm"],
+        cuhlm=fit_calibration_settings(),
     script:
         "../scripts/fit_calibration.py"
+
+
+# The thresholds table only feeds the report: a rule of its own, so that the reported risk
+# budgets (cuhlm.risk_budgets) rerun the report, not the fit and every decode after it.
+localrules:
+    risk_thresholds,
+
+
+rule risk_thresholds:
+    """Every threshold rule with its skip fraction and risk, for the report (methods §3.3)."""
+    input:
+        tokens=trace_tables(),
+        fit="results/cuhlm/calibration/fit.json",
+    output:
+        thresholds="results/cuhlm/calibration/thresholds.csv",
+    log:
+        "logs/risk_thresholds.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
+    params:
+        risk_budgets=config["cuhlm"]["risk_budgets"],
+    script:
+        "../scripts/risk_thresholds.py"
 
 
 rule optimize_k:
@@ -49,46 +75,67 @@ rule optimize_k:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=10,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
     params:
-        cuhlm=config["cuhlm"],
+        cuhlm=optimize_k_settings(),
         reference_channel=CHANNELS[config["cuhlm"]["kstar_channel"]],
     script:
         "../scripts/optimize_k.py"
 
 
 rule decode_cuhlm:
-    """Decode the evaluation prompts once per variant (the channel does not change tokens)."""
+    """Decode one dataset's evaluation prompts under one variant (the channel does not change
+    tokens); one job per variant and dataset."""
     input:
-        prompts=eval_prompt_files(),
+        unpack(cuhlm_decode_inputs),
+        prompts="results/data/{dataset}.jsonl",
         provenance=model_provenance(),
-        fit="results/cuhlm/calibration/fit.json",
-        kstar="results/cuhlm/calibration/kstar.json",
-        reference=random_skip_reference,
     output:
-        tokens="results/cuhlm/decode/{variant}/tokens.parquet",
-        completions="results/cuhlm/decode/{variant}/completions.jsonl",
+        tokens="results/cuhlm/decode/{variant}/{dataset}/tokens.parquet",
+        completions="results/cuhlm/decode/{variant}/{dataset}/completions.jsonl",
     log:
-        "logs/decode_cuhlm/{variant}.log",
+        "logs/decode_cuhlm/{variant}/{dataset}.log",
     benchmark:
-        "benchmarks/decode_cuhlm/{variant}.tsv"
+        "benchmarks/decode_cuhlm/{variant}/{dataset}.tsv"
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=240,
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
         models=MODEL_LOAD,
         decoding=config["decoding"],
-        uncertainty=config["uncertainty"],
-        cuhlm=config["cuhlm"],
+        policy=cuhlm_policy_settings,
         prompting=PROMPTING,
         seed=config["seed"],
     script:
         "../scripts/decode_cuhlm.py"
+
+
+localrules:
+    join_cuhlm_decode,
+
+
+rule join_cuhlm_decode:
+    """One variant's decoded datasets as one table and one completions file, in dataset order."""
+    input:
+        unpack(cuhlm_decode_shards),
+    output:
+        tokens="results/cuhlm/decode/{variant}/tokens.parquet",
+        completions="results/cuhlm/decode/{variant}/completions.jsonl",
+    log:
+        "logs/join_cuhlm_decode/{variant}.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
+    script:
+        "../scripts/join_datasets.py"
 
 
 rule score_cuhlm:
@@ -106,8 +153,8 @@ rule score_cuhlm:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=20,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(20),
     params:
         variants=CUHLM_VARIANTS,
     script:
@@ -124,15 +171,18 @@ rule evaluate_cuhlm:
         metrics="results/cuhlm/metrics/{variant}/{channel}.json",
     log:
         "logs/evaluate_cuhlm/{variant}/{channel}.log",
+    # Seconds each: on a cluster, the profile's group-components batches them into few jobs.
+    group:
+        "evaluate"
     conda:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(2),
     params:
         condition=channel_condition,
-        cuhlm=config["cuhlm"],
+        cuhlm=pick(config["cuhlm"], "prob_bits"),
         seed=config["seed"],
     script:
         "../scripts/evaluate_cuhlm.py"
@@ -200,11 +250,10 @@ rule report_cuhlm:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(10),
     params:
         variants=CUHLM_VARIANTS,
         channels=CHANNELS,
-        models=MODEL_LOAD,
     script:
         "../scripts/report_cuhlm.py"

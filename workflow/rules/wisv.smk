@@ -1,29 +1,60 @@
 rule mine_labels:
-    """AutoJudge-style mismatch labels on the calibration prompts (methods §4.2)."""
+    """AutoJudge-style mismatch labels on one dataset's calibration prompts (methods §4.2)."""
     input:
-        prompts=eval_prompt_files(),
+        prompts="results/data/{dataset}.jsonl",
         provenance=model_provenance(),
     output:
-        table="results/wisv/labels/mismatches.parquet",
-        hidden="results/wisv/labels/hidden.npz",
+        table="results/wisv/labels/{dataset}/mismatches.parquet",
+        hidden="results/wisv/labels/{dataset}/hidden.npz",
     log:
-        "logs/mine_labels.log",
+        "logs/mine_labels/{dataset}.log",
     benchmark:
-        "benchmarks/mine_labels.tsv"
+        "benchmarks/mine_labels/{dataset}.tsv"
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=240,
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
         models=MODEL_LOAD,
-        decoding=config["decoding"],
-        wisv=config["wisv"],
+        decoding=WISV_GREEDY_DECODING,
+        wisv=pick(
+            config["wisv"],
+            "max_new_tokens",
+            "similarity_threshold",
+            "max_mismatches_per_prompt",
+        ),
         prompting=PROMPTING,
     script:
         "../scripts/mine_labels.py"
+
+
+localrules:
+    join_labels,
+
+
+rule join_labels:
+    """The mined mismatches of every dataset as one table, hidden states in the same order."""
+    input:
+        table=expand(
+            "results/wisv/labels/{dataset}/mismatches.parquet", dataset=DATASETS
+        ),
+        hidden=expand("results/wisv/labels/{dataset}/hidden.npz", dataset=DATASETS),
+    output:
+        table="results/wisv/labels/mismatches.parquet",
+        hidden="results/wisv/labels/hidden.npz",
+    log:
+        "logs/join_labels.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(8000),
+        runtime=grows_with_attempt(10),
+    script:
+        "../scripts/join_datasets.py"
 
 
 rule relabel_csi:
@@ -49,10 +80,10 @@ rule relabel_csi:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(30),
     params:
-        wisv=config["wisv"],
+        wisv=pick(config["wisv"], "relabel", "hidden_bits", "csi_features"),
         seed=config["seed"],
     script:
         "../scripts/relabel_csi.py"
@@ -82,10 +113,10 @@ rule train_head:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(30),
     params:
-        wisv=config["wisv"],
+        wisv=pick(config["wisv"], "head", "csi_features"),
         channels=WISV_CHANNELS,
         seed=config["seed"],
     script:
@@ -109,14 +140,14 @@ rule decode_wisv:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=240,
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
         models=MODEL_LOAD,
-        decoding=config["decoding"],
-        wisv=config["wisv"],
-        channels=WISV_CHANNELS,
+        decoding=WISV_GREEDY_DECODING,
+        wisv=wisv_decode_settings,
+        channels=wisv_decode_channel,
         prompting=PROMPTING,
         seed=config["seed"],
     script:
@@ -136,16 +167,18 @@ rule evaluate_wisv:
         metrics="results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.json",
     log:
         "logs/evaluate_wisv/{wvariant}/{wchannel}/g{gamma}.log",
+    # Seconds each: on a cluster, the profile's group-components batches them into few jobs.
+    group:
+        "evaluate"
     conda:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=10,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(5),
     params:
-        wisv=config["wisv"],
-        channels=WISV_CHANNELS,
-        decoding=config["decoding"],
+        wisv=pick(config["wisv"], "max_new_tokens", "hidden_bits"),
+        channels=wisv_channel_of,
         seed=config["seed"],
     script:
         "../scripts/evaluate_wisv.py"
@@ -209,12 +242,10 @@ rule report_wisv:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(10),
     params:
-        variants=WISV_VARIANTS,
         channels=WISV_CHANNELS,
-        gammas=config["wisv"]["gammas"],
-        wisv=config["wisv"],
+        wisv=pick(config["wisv"], "hidden_bits"),
     script:
         "../scripts/report_wisv.py"

@@ -18,7 +18,7 @@ from edgespec.wisv.labels import mine_labels
 params = snakemake.params
 wisv = params.wisv
 draft, target, tokenizer = load_pair_from_dir(params.model_dir, params.models, snakemake.threads)
-records = prompt_split(snakemake.input.prompts, "calib")
+records = prompt_split([snakemake.input.prompts], "calib")  # this job's dataset
 cfg = decoding_config(params.decoding, tokenizer, target, temperature=0.0)
 table, draft_hidden, target_hidden = mine_labels(
     draft,
