@@ -386,3 +386,117 @@ def test_chat_token_ids_without_template(tiny_tokenizer):
         assert tok.decode(sys_ids) == "You are helpful.\n\nTom has 3 apples."
     finally:
         tok.chat_template = saved
+
+
+# ---------------------------------------------------------------------------- local copies
+
+
+def _write_copy(rows, fmt: str, folder: Path, stem: str = "test") -> Path:
+    """A local copy of a hub dataset in one of its published formats, written here."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if fmt == "jsonl":
+        path = folder / f"{stem}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    elif fmt == "json":
+        path = folder / f"{stem}.json"
+        path.write_text(json.dumps(rows), encoding="utf-8")
+    elif fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = folder / f"{stem}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    elif fmt == "saved":
+        path = folder / "saved"
+        hf_datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    else:  # a save_to_disk DatasetDict, the adapter's split among others
+        path = folder / "saved_dict"
+        split = HUB_DATASETS[stem].split
+        hf_datasets.DatasetDict(
+            {
+                split: hf_datasets.Dataset.from_list(rows),
+                "other": hf_datasets.Dataset.from_list(rows[:1]),
+            }
+        ).save_to_disk(str(path))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "parquet", "saved", "saved_dict"])
+def test_every_hub_adapter_reads_a_local_copy(tmp_path, monkeypatch, fmt):
+    def fake(hub_id, config=None, split=None):
+        name = next(k for k, a in HUB_DATASETS.items() if a.hub_id == hub_id)
+        return FAKE_ROWS[name]
+
+    monkeypatch.setattr(hf_datasets, "load_dataset", fake)
+    for name in HUB_DATASETS:
+        from_hub = load_records(name, 10, np.random.default_rng(0))
+        monkeypatch.setattr(hf_datasets, "load_dataset", _no_hub)
+        copy = _write_copy(FAKE_ROWS[name], fmt, tmp_path / name, stem=name)
+        local = load_records(name, 10, np.random.default_rng(0), path=copy)
+        assert local == from_hub, (name, fmt)
+        monkeypatch.setattr(hf_datasets, "load_dataset", fake)
+
+
+def _no_hub(*args, **kwargs):
+    raise AssertionError("a local copy must not go to the hub")
+
+
+def test_gsm8k_test_jsonl_as_published(tmp_path, monkeypatch):
+    monkeypatch.setattr(hf_datasets, "load_dataset", _no_hub)
+    path = tmp_path / "test.jsonl"
+    rows = [
+        {
+            "question": "Natalia sold clips to 48 of her friends in April, and then she sold "
+            "half as many clips in May. How many clips did she sell altogether?",
+            "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+            "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72",
+        },
+        {"question": "What is 1,000 + 234?", "answer": "1,000 + 234 = 1,234\n#### 1,234"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    records = load_records("gsm8k", 5, np.random.default_rng(0), path=str(path))
+    assert [r.gold_answer for r in records] == ["72", "1234"]
+    assert records[0].id == "gsm8k-00000" and records[0].task == "arithmetic"
+    assert "<<" not in records[0].reference and records[0].reference.endswith("The answer is 72.")
+
+
+def test_local_copy_formats_of_the_original_releases(tmp_path, monkeypatch):
+    monkeypatch.setattr(hf_datasets, "load_dataset", _no_hub)
+    # CREAK ships JSON Lines named .json; QED's release names the question question_text and
+    # nests the answers per rater
+    creak = tmp_path / "dev.json"
+    creak.write_text(
+        json.dumps(FAKE_ROWS["creak"][0])
+        + "\n"
+        + json.dumps(FAKE_ROWS["creak"][0] | {"ex_id": "dev_2"})
+        + "\n"
+    )
+    assert len(load_records("creak", 5, np.random.default_rng(0), path=creak)) == 2
+    qed = tmp_path / "qed-dev.jsonlines"
+    row = {
+        "example_id": 7,
+        "question_text": "who wrote nineteen eighty four",
+        "original_nq_answers": [[{"start": 0, "end": 13, "string": "George Orwell"}]],
+    }
+    qed.write_text(json.dumps(row) + "\n")
+    (record,) = load_records("qed", 5, np.random.default_rng(0), path=qed)
+    assert record.gold_answer == "George Orwell" and record.prompt.endswith("?")
+    # a folder of hub shards (a snapshot): the adapter's split is picked by file name
+    snapshot = tmp_path / "gsm8k" / "main"
+    _write_copy(FAKE_ROWS["gsm8k"], "parquet", snapshot, stem="test-00000-of-00001")
+    _write_copy([{"question": "Q2?", "answer": "#### 1"}], "parquet", snapshot, stem="train-0")
+    (g,) = load_records("gsm8k", 5, np.random.default_rng(0), path=tmp_path / "gsm8k")
+    assert g.gold_answer == "6"
+
+
+def test_bad_local_copy_names_dataset_and_file(tmp_path):
+    bad = tmp_path / "alpaca_data.json"
+    bad.write_text('{"instruction": "x"')  # cut short
+    with pytest.raises(DatasetError) as info:
+        load_records("alpaca", 5, np.random.default_rng(0), path=bad)
+    assert "'alpaca'" in str(info.value) and str(bad) in str(info.value)
+    with pytest.raises(DatasetError, match=r"'dolly': local copy not found: .*x\.csv"):
+        load_records("dolly", 5, np.random.default_rng(0), path=tmp_path / "x.csv")
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(DatasetError, match="unknown format '.csv'"):
+        load_records("dolly", 5, np.random.default_rng(0), path=tmp_path / "x.csv")

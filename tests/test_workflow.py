@@ -1,11 +1,16 @@
 """The Snakemake workflow itself: dry runs, the SLURM profile, and real smoke runs on tiny models
-(every rule through the report), including a run killed midway and resumed."""
+(every rule through the report), including a run killed midway and resumed, what a config change
+reruns, and a second working directory on the first one's model cache.
+
+Tests that run jobs are marked ``slow`` (minutes): ``pytest -m "not slow"`` skips them."""
 
 from __future__ import annotations
 
 import filecmp
 import os
+import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -14,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
-from edgespec.artifacts import read_json
+from edgespec.artifacts import current_umask, read_json
 from edgespec.config import REPO_ROOT
 from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
 
@@ -32,11 +38,25 @@ COMPARED = [
 ]
 
 
-def _run(args, cwd: Path, check=True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True)
+def _run(args, cwd: Path, check=True, env=None) -> subprocess.CompletedProcess:
+    env = None if env is None else {**os.environ, **env}
+    proc = subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def _job_counts(output: str) -> dict[str, int]:
+    """Rule -> number of jobs, from the "Job stats" table of a (dry) run; {} if nothing to do."""
+    if "Nothing to be done" in output:
+        return {}
+    table = output.split("Job stats:", 1)[1].split("total", 1)[0]
+    return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def _write_yaml(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 def test_dry_run_default_config(tmp_path):
@@ -85,25 +105,120 @@ def test_missing_dataset_file_fails_before_any_job(tmp_path):
 def test_slurm_profile_dry_run_requests_resources(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm")
     proc = _run(
-        [
-            "-n",
-            "--workflow-profile",
-            str(REPO_ROOT / "workflow" / "profiles" / "slurm"),
-            "--directory",
-            str(tmp_path),
-            "--default-resources",
-            "slurm_account=acct",
-            "slurm_partition=part",
-        ],
+        ["-n", "--workflow-profile", str(REPO_ROOT / "workflow" / "profiles" / "slurm")],
         tmp_path,
+        # the README's way to set account and partition: sbatch's own variables, which the
+        # profile adds to its default-resources instead of replacing them
+        env={"SBATCH_ACCOUNT": "acct", "SBATCH_PARTITION": "part"},
     )
     blocks = proc.stdout.split("rule ")
     traces = next(b for b in blocks if b.startswith("collect_traces:"))
     assert "gpu=1" in traces and "mem_mb=64000" in traces and "runtime=720" in traces
     assert "cpus_per_task=8" in traces
-    assert "slurm_account=acct" in traces
-    fetch = next(b for b in blocks if b.startswith("fetch_models:"))
-    assert "localrule fetch_models" in proc.stdout or "gpu=1" not in fetch
+    assert "slurm_account=acct" in traces and "slurm_partition=part" in traces
+    for rule in ("prepare_data", "fit_calibration"):  # default-resources kept whole
+        block = next(b for b in blocks if b.startswith(f"{rule}:"))
+        assert "cpus_per_task=2" in block and "slurm_account=acct" in block, rule
+    decode = next(b for b in blocks if b.startswith("decode_cuhlm:"))
+    assert "wildcards: variant=" in decode and "dataset=" in decode and "gpu=1" in decode
+    # the 36 evaluation jobs of the default config (11 evaluate_cuhlm, 24 evaluate_wisv,
+    # joint_kstar) go to SLURM as 2 group jobs of <= 30
+    counts = _job_counts(proc.stdout)
+    assert counts["evaluate_cuhlm"] + counts["evaluate_wisv"] + counts["joint_kstar"] == 36
+    assert proc.stdout.count("Group job evaluate") == 2
+    for rule in ("select_dtype", "optimize_k", "decode_wisv_csi"):  # model stages of 8, 9, 10
+        block = next(b for b in blocks if b.startswith(f"{rule}:"))
+        assert "gpu=1" in block and "cpus_per_task=8" in block, rule
+    without = _run(
+        ["-n", "--workflow-profile", str(REPO_ROOT / "workflow/profiles/slurm")], tmp_path
+    )
+    assert "slurm_account" not in without.stdout and "cpus_per_task=2" in without.stdout
+
+
+def test_paper_config_prepares_exactly_the_papers_datasets(tmp_path):
+    proc = _run(
+        ["-n", "--cores", "2", "--configfile", str(REPO_ROOT / "config/paper.yaml")], tmp_path
+    )
+    prepared = set(re.findall(r"output: results/data/([\w-]+)\.jsonl", proc.stdout))
+    assert prepared == {"gsm8k", "alpaca", "strategyqa", "creak", "qed", "dolly"}
+    counts = _job_counts(proc.stdout)
+    assert counts["prepare_data"] == counts["mine_labels"] == counts["collect_traces"] == 6
+    assert counts["decode_cuhlm"] == len(CUHLM_VARIANTS) * 6  # one job per variant and dataset
+    assert counts["join_cuhlm_decode"] == len(CUHLM_VARIANTS) and counts["join_labels"] == 1
+
+
+def test_data_files_are_inputs(tmp_path):
+    own = tmp_path / "own.jsonl"
+    own.write_text(
+        '{"id": "o-1", "prompt": "Hi?", "task": "qa", "source": "own"}\n'
+        '{"id": "o-2", "prompt": "Bye?", "task": "qa", "source": "own"}\n'
+    )
+    target = ["results/data/own.jsonl", "results/data/instructions.jsonl"]
+    cfg = _write_yaml(
+        tmp_path / "both.yaml",
+        {
+            "data": {
+                "datasets": {
+                    "own": {"source": "jsonl", "n": 2, "path": "own.jsonl"},
+                    "instructions": {"source": "instructions", "n": 2},
+                }
+            }
+        },
+    )
+    args = [*target, "--cores", "1", f"--configfile={cfg}"]  # `=`: it takes no targets
+    dry = _run(["-n", *args], tmp_path)
+    assert f"input: {REPO_ROOT / 'data' / 'instructions.jsonl'}" in dry.stdout
+    assert "input: own.jsonl" in dry.stdout
+    # prepare_data may download from a dataset hub: it runs where Snakemake runs
+    run = _run(args, tmp_path)
+    assert "localrule prepare_data:" in run.stdout + run.stderr
+    assert _job_counts(_run(["-n", *args], tmp_path).stdout) == {}
+    # the data is edited (Snakemake compares checksums of small inputs: a touch is not enough)
+    with own.open("a") as fh:
+        fh.write('{"id": "o-3", "prompt": "Why?", "task": "qa", "source": "own"}\n')
+    later = time.time() + 5
+    os.utime(own, (later, later))
+    assert _job_counts(_run(["-n", *args], tmp_path).stdout) == {"prepare_data": 1}
+
+
+def test_given_latency_without_a_priced_gamma_fails_before_any_job(tmp_path):
+    cfg = _write_yaml(
+        tmp_path / "lat.yaml",
+        {
+            "latency": {"mode": "given", "given": {"target_verify_s": {"1": 0.02, "4": 0.03}}},
+            "wisv": {"gammas": [4, 8]},
+        },
+    )
+    proc = _run(["-n", "--cores", "1", "--configfile", str(cfg)], tmp_path, check=False)
+    assert proc.returncode != 0 and "Job stats" not in proc.stdout
+    out = proc.stdout + proc.stderr
+    assert "latency.given.target_verify_s" in out and "gamma 8 (priced by wisv.gammas)" in out
+
+
+def test_failed_job_shows_its_error_and_a_retry_gets_more(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "x", "task": "poetry", "source": "s"}\n')
+    cfg = _write_yaml(
+        tmp_path / "bad.yaml",
+        {"data": {"datasets": {"own": {"source": "jsonl", "n": 3, "path": "bad.jsonl"}}}},
+    )
+    # the target before --configfile, which would take it for a second config file
+    base = ["results/data/own.jsonl", "--cores", "1", "--configfile", str(cfg)]
+    cause = "line 1: field 'task' must be one of"
+    # without a profile: the job echoes its error where Snakemake reports the failure
+    proc = _run(["--retries", "1", *base], tmp_path, check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert f"DatasetError: dataset 'own', bad.jsonl, {cause}" in out
+    first, retry = re.findall(r"resources: .*", out)[:2]
+    assert "mem_mb=2000" in first and "runtime=10," in first
+    assert "mem_mb=4000" in retry and "runtime=20," in retry  # a retry gets more
+    # the profiles also print the failed job's log
+    profile = ["--workflow-profile", str(REPO_ROOT / "workflow/profiles/default")]
+    proc = _run([*profile, *base], tmp_path, check=False)
+    out = proc.stdout + proc.stderr
+    log_tail = out.split("Logfile logs/prepare_data/own.log:", 1)[1]
+    assert "Traceback" in log_tail and cause in log_tail
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +228,7 @@ def smoke_run(tmp_path_factory):
     return workdir
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_traces(smoke_run):
     for dataset in ("instructions", "arithmetic"):
         tokens = pd.read_parquet(smoke_run / f"results/traces/{dataset}/tokens.parquet")
@@ -127,6 +243,7 @@ def test_smoke_run_writes_traces(smoke_run):
             assert hidden["draft"].shape[0] == hidden["target"].shape[0] == len(tokens)
 
 
+@pytest.mark.slow
 def test_smoke_run_reports_every_variant(smoke_run):
     cuhlm = pd.read_csv(smoke_run / "results/report/cuhlm_summary.csv")
     assert set(cuhlm["variant"]) == set(CUHLM_VARIANTS)
@@ -209,11 +326,13 @@ def test_smoke_run_reports_every_variant(smoke_run):
         assert (smoke_run / f"results/report/{name}.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_second_run_has_nothing_to_do(smoke_run):
     proc = _run(["-n", "--cores", "2", *SMOKE, "--directory", str(smoke_run)], smoke_run)
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_html_report_bundles_figures(smoke_run):
     _run(
         ["--cores", "1", *SMOKE, "--directory", str(smoke_run), "--report", "report.html"],
@@ -223,6 +342,7 @@ def test_html_report_bundles_figures(smoke_run):
     assert "cuhlm_throughput_vs_snr.png" in html and "wisv_latency_vs_channel.png" in html
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_artifacts(smoke_run, tmp_path):
     """Kill a run in the middle of a stage, start it again: same artifacts as the clean run."""
     args = [*SNAKEMAKE, "--cores", "2", *SMOKE, "--directory", str(tmp_path)]
@@ -248,3 +368,102 @@ def test_killed_run_resumes_to_identical_artifacts(smoke_run, tmp_path):
             pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b))
         else:
             assert filecmp.cmp(a, b, shallow=False), rel
+
+
+# What a config change reruns, one key of each class, from the dry run after a complete smoke
+# run (Snakemake's default rerun triggers: params, mtime, input, software-env, code).
+RERUNS = {
+    "threads": ({"models": {"threads": 2}}, {}),
+    "theta_tv": (
+        {"cuhlm": {"theta_tv": 0.05}},
+        {
+            "optimize_k": 1,
+            "joint_kstar": 1,
+            # only the variants that use k* (offline, exact, joint) or theta_tv (online), each
+            # dataset
+            "decode_cuhlm": 4 * 2,
+            "join_cuhlm_decode": 4,
+            "evaluate_cuhlm": len(CUHLM_VARIANTS),  # every evaluation reads kstar.json (|V|)
+            "score_cuhlm": 1,
+            "report_cuhlm": 1,
+            "all": 1,
+        },
+    ),
+    "head hyper-parameter": (
+        {"wisv": {"head": {"epochs": 31}}},
+        {
+            "train_head": 1,
+            # head_no_csi and head_relabel_no_csi (any), the CSI head (poor, good; seed 0);
+            # not mine_labels or relabel_csi
+            "decode_wisv": 2,
+            "decode_wisv_csi": 2,
+            "score_wisv": 4,
+            "evaluate_wisv": 4 * 2,  # the four head variants on both channels
+            "report_wisv": 1,
+            "all": 1,
+        },
+    ),
+    "channel SNR": (
+        {"channels": {"snr_db": [-20, 0, 10]}},
+        # re-priced, and the joint k* table re-solved from the saved curves: no decoding
+        {"evaluate_cuhlm": len(CUHLM_VARIANTS), "joint_kstar": 1, "report_cuhlm": 1, "all": 1},
+    ),
+    "report-only": (
+        {"cuhlm": {"risk_budgets": [0.1]}},
+        {"risk_thresholds": 1, "report_cuhlm": 1, "all": 1},
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", sorted(RERUNS))
+def test_a_config_change_reruns_exactly_its_dependants(smoke_run, tmp_path, change):
+    override, expected = RERUNS[change]
+    cfg = _write_yaml(tmp_path / "change.yaml", override)
+    proc = _run(["-n", "--cores", "2", *SMOKE, str(cfg), "--directory", str(smoke_run)], smoke_run)
+    assert _job_counts(proc.stdout) == expected, proc.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_a_dtype_change_does_not_fetch_again(smoke_run, tmp_path):
+    cfg = _write_yaml(tmp_path / "change.yaml", {"models": {"dtype": "bfloat16"}})
+    proc = _run(["-n", "--cores", "2", *SMOKE, str(cfg), "--directory", str(smoke_run)], smoke_run)
+    counts = _job_counts(proc.stdout)
+    assert "fetch_models" not in counts and "prepare_data" not in counts
+    assert counts["collect_traces"] == 2 and counts["mine_labels"] == 2  # they decode in bf16
+
+
+@pytest.mark.slow
+def test_artifacts_are_readable_by_the_group(smoke_run):
+    want = 0o666 & ~current_umask()
+    for rel in (
+        "results/traces/instructions/tokens.parquet",
+        "results/traces/instructions/hidden.npz",
+        "results/traces/instructions/meta.json",
+        "results/wisv/labels/hidden.npz",
+        "results/data/arithmetic.jsonl",
+        "results/wisv/head/wisv_head.pt",
+        "resources/models/tiny_random/target/model.safetensors",
+    ):
+        assert stat.S_IMODE((smoke_run / rel).stat().st_mode) == want, rel
+
+
+@pytest.mark.slow
+def test_new_working_directory_reuses_a_filled_model_cache(smoke_run, tmp_path):
+    """The cluster set-up: one model folder, many workflow clones. A new clone that points at
+    a filled cache fetches nothing, and the cache is not touched."""
+    cache = smoke_run / "resources" / "models"
+    before = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    cfg = _write_yaml(tmp_path / "shared.yaml", {"models": {"cache_dir": str(cache)}})
+    workdir = tmp_path / "clone"
+    workdir.mkdir()
+    args = ["--cores", "1", "--directory", str(workdir), *SMOKE, str(cfg)]
+    # downloads run where Snakemake runs (the login node of a cluster)
+    run = _run(["results/models/provenance.json", *args], workdir)
+    assert "localrule fetch_models:" in run.stdout + run.stderr
+    log = (workdir / "logs" / "fetch_models.log").read_text()
+    assert "is complete; reusing it" in log and "loading" not in log
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == before
+    record = read_json(workdir / "results/models/provenance.json")
+    assert record["model_dir"] == str(cache / "tiny_random") and record["dtype"] == "float32"
+    assert not list(workdir.glob("resources/models/*"))  # nothing fetched here

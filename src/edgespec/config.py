@@ -66,21 +66,24 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
 
 def check_inputs_exist(config: dict, base: Path = Path(".")) -> None:
     """Files named by the configuration must exist before any stage starts."""
+    from edgespec.data.prepare import LOCAL_COPY_SOURCES
+
     for name, spec in config["data"]["datasets"].items():
-        if spec["source"] == "jsonl":
-            path = spec.get("path")
-            if not path:
-                raise ConfigError(
-                    f"config key 'data.datasets.{name}.path': source jsonl needs a path"
-                )
-            if not (base / path).is_file():
-                raise ConfigError(
-                    f"config key 'data.datasets.{name}.path': file '{path}' does not exist"
-                )
-        elif spec.get("path"):
+        where = f"config key 'data.datasets.{name}.path'"
+        path = spec.get("path")
+        if spec["source"] == "jsonl" and not path:
+            raise ConfigError(f"{where}: source jsonl needs a path")
+        if not path:
+            continue
+        if spec["source"] not in LOCAL_COPY_SOURCES:
             raise ConfigError(
-                f"config key 'data.datasets.{name}.path': only source jsonl takes a path"
+                f"{where}: source {spec['source']} is embedded and takes no path (a path is "
+                f"for sources {', '.join(LOCAL_COPY_SOURCES)})"
             )
+        if spec["source"] == "jsonl" and not (base / path).is_file():
+            raise ConfigError(f"{where}: file '{path}' does not exist")
+        if not (base / path).exists():
+            raise ConfigError(f"{where}: '{path}' (a local copy of the dataset) does not exist")
     if config["models"]["preset"] == "custom":
         custom = config["models"].get("custom", {})
         for role in ("draft", "target"):
@@ -102,6 +105,52 @@ def check_model_settings(config: dict) -> None:
                 f"config key 'models.quantize': {models['quantize']} runs on the CPU only, but "
                 f"'models.device' is {models['device']}"
             )
+
+
+def priced_gammas(config: dict) -> dict[int, list[str]]:
+    """Every draft length some stage prices -> the config keys that ask for it."""
+    askers: dict[int, list[str]] = {}
+    for gamma in config["wisv"]["gammas"]:
+        askers.setdefault(int(gamma), []).append("wisv.gammas")
+    askers.setdefault(int(config["wisv"]["relabel"]["gamma"]), []).append("wisv.relabel.gamma")
+    return dict(sorted(askers.items()))
+
+
+def check_cross_references(config: dict) -> None:
+    """Keys that name other keys' values must find them, before the first job.
+
+    With ``latency.mode: given`` the verification time of every priced gamma must come from
+    ``latency.given.target_verify_s`` (an entry, or interpolation between two entries, exactly
+    as the delay model prices it); otherwise ``relabel_csi`` or ``evaluate_wisv`` would fail
+    after the model stages have run. ``cuhlm.kstar_channel`` and the WISV channels are checked
+    where they are built (:func:`channel_conditions`, :func:`wisv_channels`).
+    """
+    from edgespec.wireless.delay import LatencyProfile
+
+    latency = config["latency"]
+    if latency["mode"] != "given":
+        return  # profile_latency measures every priced gamma (see the workflow's PROFILE_GAMMAS)
+    table = latency["given"]["target_verify_s"]
+    where = "config key 'latency.given.target_verify_s'"
+    bad = [k for k in table if not str(k).isdigit() or int(k) < 1]
+    if bad:
+        raise ConfigError(f"{where}: keys are draft lengths (positive integers), got {bad}")
+    if not table:
+        raise ConfigError(f"{where}: latency.mode given needs at least one gamma")
+    timings = ("draft_token_s", "target_token_s", "uncertainty_s", "target_verify_s")
+    profile = LatencyProfile.from_dict({k: latency["given"][k] for k in timings})
+    missing = []
+    for gamma, askers in priced_gammas(config).items():
+        try:
+            profile.target_verify(gamma)
+        except ValueError:
+            missing.append(f"gamma {gamma} (priced by {', '.join(askers)})")
+    if missing:
+        raise ConfigError(
+            f"{where}: latency.mode is given but there is no verification time for "
+            f"{'; '.join(missing)}; the table has gammas "
+            f"{sorted(int(k) for k in table)} (between two of them the time is interpolated)"
+        )
 
 
 def load_config(path: Path) -> dict:

@@ -41,6 +41,27 @@ RECONSTRUCTION_SAMPLING_VARIANTS = ("cuhlm_exact",)
 """Variants whose device draws d(t) from the top-k reconstruction x_hat it would upload, so it
 builds x_hat for every token, skipped or not (charged one top-k extraction per token)."""
 
+CUHLM_POLICY_READS: dict[str, frozenset[str]] = {
+    "llm_only": frozenset(),
+    "slm_only": frozenset(),
+    "hlm": frozenset({"uncertainty"}),
+    "random_skip": frozenset({"random_skip_rate"}),
+    "uhlm_risk_averse": frozenset({"uncertainty", "fit"}),
+    "uhlm_risk_prone": frozenset({"uncertainty", "fit"}),
+    "fixed_topk": frozenset({"uncertainty", "u_th", "fixed_k"}),
+    "cuhlm_offline": frozenset({"uncertainty", "u_th", "k_star"}),
+    "cuhlm_online": frozenset({"uncertainty", "u_th", "fit", "theta_tv", "online_k_max"}),
+    "cuhlm_exact": frozenset({"uncertainty", "u_th", "k_star"}),
+    "cuhlm_joint": frozenset({"uncertainty", "joint"}),
+}
+"""What each CU-HLM variant's policy reads (``edgespec.cuhlm.policies.build_policy``):
+``uncertainty`` (the config section), ``fit`` (the calibration fit and its two U-HLM
+thresholds), ``u_th`` (the threshold of ``cuhlm.threshold_rule``, from the fit), ``k_star``
+(the offline k*), ``joint`` (the joint (u_th, k) programme's solution at ``cuhlm.kstar_channel``,
+both from kstar.json), ``theta_tv``, ``fixed_k``, ``online_k_max`` (config keys of ``cuhlm``)
+and ``random_skip_rate`` (measured on the reference variant). The workflow hands a decode job
+only these, so a change to anything else does not decode the variant again."""
+
 WISV_VARIANTS = (
     "vanilla_sd",
     "topk_accept",

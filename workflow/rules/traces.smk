@@ -16,8 +16,8 @@ rule collect_traces:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=240,
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
         models=MODEL_LOAD,

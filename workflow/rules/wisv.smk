@@ -1,31 +1,70 @@
 rule mine_labels:
-    """AutoJudge-style mismatch labels on the calibration prompts (methods §4.2)."""
+    """AutoJudge-style mismatch labels on one dataset's calibration prompts (methods §4.2)."""
     input:
-        prompts=eval_prompt_files(),
+        prompts="results/data/{dataset}.jsonl",
         provenance=model_provenance(),
         precision=PRECISION,
+    output:
+        table="results/wisv/labels/{dataset}/mismatches.parquet",
+        hidden="results/wisv/labels/{dataset}/hidden.npz",
+        summary="results/wisv/labels/{dataset}/summary.json",
+    log:
+        "logs/mine_labels/{dataset}.log",
+    benchmark:
+        "benchmarks/mine_labels/{dataset}.tsv"
+    conda:
+        "../envs/edgespec.yaml"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(240),
+    params:
+        model_dir=model_dir_of,
+        models=MODEL_LOAD,
+        decoding=WISV_GREEDY_DECODING,
+        wisv=pick(
+            config["wisv"],
+            "max_new_tokens",
+            "similarity_threshold",
+            "max_mismatches_per_prompt",
+            "label_max_new_tokens",
+            "answer_marker",
+        ),
+        prompting=PROMPTING,
+    script:
+        "../scripts/mine_labels.py"
+
+
+localrules:
+    join_labels,
+
+
+rule join_labels:
+    """The mined mismatches of every dataset as one table, hidden states in the same order, and
+    one summary (counts and seconds summed)."""
+    input:
+        table=expand(
+            "results/wisv/labels/{dataset}/mismatches.parquet", dataset=DATASETS
+        ),
+        hidden=expand("results/wisv/labels/{dataset}/hidden.npz", dataset=DATASETS),
+        summary=expand("results/wisv/labels/{dataset}/summary.json", dataset=DATASETS),
     output:
         table="results/wisv/labels/mismatches.parquet",
         hidden="results/wisv/labels/hidden.npz",
         summary="results/wisv/labels/summary.json",
     log:
-        "logs/mine_labels.log",
-    benchmark:
-        "benchmarks/mine_labels.tsv"
+        "logs/join_labels.log",
     conda:
         "../envs/edgespec.yaml"
-    threads: MODEL_THREADS
+    threads: 1
     resources:
-        mem_mb=16000,
-        runtime=240,
+        mem_mb=grows_with_attempt(8000),
+        runtime=grows_with_attempt(10),
     params:
-        model_dir=model_dir_of,
-        models=MODEL_LOAD,
-        decoding=config["decoding"],
-        wisv=config["wisv"],
-        prompting=PROMPTING,
+        # mine_labels' summary: the label budget is a setting; every other number is summed
+        summary_settings=["label_max_new_tokens"],
     script:
-        "../scripts/mine_labels.py"
+        "../scripts/join_datasets.py"
 
 
 rule relabel_csi:
@@ -52,10 +91,12 @@ rule relabel_csi:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(30),
     params:
-        wisv=config["wisv"],
+        wisv=pick(
+            config["wisv"], "relabel", "hidden_bits", "correlation", "csi_features"
+        ),
         channels=WISV_CHANNELS,
         seed=config["seed"],
     script:
@@ -89,13 +130,13 @@ rule train_head:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(30),
     params:
-        wisv=config["wisv"],
+        wisv=pick(config["wisv"], "head", "csi_features", "gammas"),
         channels=WISV_CHANNELS,
         seed=config["seed"],
-        latency=config["latency"],
+        latency=HEAD_TIMING,
     script:
         "../scripts/train_head.py"
 
@@ -118,14 +159,13 @@ rule decode_wisv:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=240,
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
         models=MODEL_LOAD,
-        decoding=config["decoding"],
-        wisv=config["wisv"],
-        channels=WISV_CHANNELS,
+        decoding=WISV_GREEDY_DECODING,
+        wisv=wisv_decode_settings,
         prompting=PROMPTING,
         seed=config["seed"],
     script:
@@ -150,14 +190,14 @@ rule decode_wisv_csi:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=16000,
-        runtime=240,
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
         models=MODEL_LOAD,
-        decoding=config["decoding"],
-        wisv=config["wisv"],
-        channels=WISV_CHANNELS,
+        decoding=WISV_GREEDY_DECODING,
+        wisv=pick(config["wisv"], "max_new_tokens"),
+        channels=wisv_channel_of,
         prompting=PROMPTING,
         seed=config["seed"],
     script:
@@ -179,8 +219,8 @@ rule score_wisv:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=20,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(20),
     script:
         "../scripts/score_wisv.py"
 
@@ -198,16 +238,19 @@ rule evaluate_wisv:
         metrics="results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.json",
     log:
         "logs/evaluate_wisv/{wvariant}/{wchannel}/g{gamma}.log",
+    # Seconds each: on a cluster, the profile's group-components batches them into few jobs.
+    group:
+        "evaluate"
     conda:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=10,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(5),
     params:
-        wisv=config["wisv"],
-        channels=WISV_CHANNELS,
-        evaluation=config["evaluation"],
+        wisv=wisv_evaluate_settings,
+        channels=wisv_channel_of,
+        evaluation=wisv_evaluate_fading,
         seed=config["seed"],
     script:
         "../scripts/evaluate_wisv.py"
@@ -277,13 +320,12 @@ rule report_wisv:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(10),
     params:
-        variants=WISV_VARIANTS,
         channels=WISV_CHANNELS,
-        gammas=config["wisv"]["gammas"],
-        wisv=config["wisv"],
+        variants=WISV_VARIANTS,
+        wisv=pick(config["wisv"], "correlation", "csi_decode_seeds", "hidden_bits"),
         evaluation=config["evaluation"],
         seed=config["seed"],
     script:

@@ -1,5 +1,5 @@
-"""Rule decode_cuhlm (CU-HLM wing, edgespec.cuhlm.decode): decode the evaluation prompts under one
-CU-HLM family variant."""
+"""Rule decode_cuhlm (CU-HLM wing, edgespec.cuhlm.decode): decode one dataset's evaluation prompts
+under one CU-HLM family variant."""
 
 from edgespec.artifacts import setup_logging
 
@@ -25,26 +25,24 @@ from edgespec.runconfig import (
 from edgespec.seeding import torch_generator
 
 params = snakemake.params
-variant = snakemake.wildcards.variant
-cuhlm = params.cuhlm
-fit_info = read_json(snakemake.input.fit)
-kstar = read_json(snakemake.input.kstar)
-fit = LinearFit(fit_info["a"], fit_info["b"], fit_info["r2"], fit_info["pearson_r"], fit_info["n"])
-u_th = fit_info["u_th"]
-policy_params = {
-    "uncertainty_samples": params.uncertainty["num_samples"],
-    "theta_max": params.uncertainty["theta_max"],
-    "u_th_risk_averse": fit_info["u_th_risk_averse"],
-    "u_th_risk_prone": fit_info["u_th_risk_prone"],
-    "u_th": u_th if u_th is not None else -1.0,
-    "fit": fit,
-    "theta_tv": cuhlm["theta_tv"],
-    "k_star": kstar["k_star"],
-    "u_th_joint": kstar["joint"]["u_th"],
-    "k_joint": kstar["joint"]["k_star"],
-    "fixed_k": cuhlm["fixed_k"],
-    "online_k_max": cuhlm["online_k_max"],
-}
+variant, dataset = snakemake.wildcards.variant, snakemake.wildcards.dataset
+# Only what this variant's policy reads (edgespec.variants.CUHLM_POLICY_READS): the rule passes
+# the config keys in params.policy and the calibration artifacts it needs as inputs.
+policy_params = dict(params.policy)
+if snakemake.input.get("fit"):
+    fit_info = read_json(snakemake.input.fit)
+    policy_params["fit"] = LinearFit(
+        fit_info["a"], fit_info["b"], fit_info["r2"], fit_info["pearson_r"], fit_info["n"]
+    )
+    policy_params["u_th_risk_averse"] = fit_info["u_th_risk_averse"]
+    policy_params["u_th_risk_prone"] = fit_info["u_th_risk_prone"]
+    policy_params["u_th"] = fit_info["u_th"] if fit_info["u_th"] is not None else -1.0
+if snakemake.input.get("kstar"):
+    kstar = read_json(snakemake.input.kstar)
+    policy_params["k_star"] = kstar["k_star"]
+    # the joint (u_th, k) programme's solution at cuhlm.kstar_channel (variant cuhlm_joint)
+    policy_params["u_th_joint"] = kstar["joint"]["u_th"]
+    policy_params["k_joint"] = kstar["joint"]["k_star"]
 if variant == "random_skip":
     reference = pd.read_parquet(snakemake.input.reference)
     policy_params["random_skip_rate"] = float(reference["skipped"].mean())
@@ -52,11 +50,12 @@ if variant == "random_skip":
 policy = build_policy(variant, policy_params)
 
 draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
-records = prompt_split(snakemake.input.prompts, "eval")
+records = prompt_split([snakemake.input.prompts], "eval")  # this job's dataset
 cfg = decoding_config(params.decoding, tokenizer, target)
 start = time.perf_counter()
-# One generator seed for every variant: equal draws wherever the variants agree (common
-# random numbers), so differences between variants are not sampling noise of separate seeds.
+# One generator seed for every variant of a dataset: equal draws wherever the variants agree
+# (common random numbers), so differences between variants are not sampling noise of separate
+# seeds; each dataset its own stream, as each is decoded by its own job.
 tokens, completions = decode_variant(
     variant,
     draft,
@@ -65,12 +64,17 @@ tokens, completions = decode_variant(
     [r.id for r in records],
     cfg,
     policy,
-    torch_generator(params.seed, "cuhlm", "decode"),
-    progress=decode_progress(f"decode {variant}", len(records), cfg.max_new_tokens),
+    torch_generator(params.seed, "cuhlm", "decode", dataset),
+    progress=decode_progress(f"decode {variant} {dataset}", len(records), cfg.max_new_tokens),
 )
 elapsed = time.perf_counter() - start
 logging.info(
-    "%s: %d tokens in %.1f s (%.2f tokens/s)", variant, len(tokens), elapsed, len(tokens) / elapsed
+    "%s %s: %d tokens in %.1f s (%.2f tokens/s)",
+    variant,
+    dataset,
+    len(tokens),
+    elapsed,
+    len(tokens) / elapsed,
 )
 write_parquet(tokens, snakemake.output.tokens)
 write_completions(snakemake.output.completions, records, completions, tokenizer)

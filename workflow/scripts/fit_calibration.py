@@ -1,5 +1,5 @@
 """Rule fit_calibration (CU-HLM wing, edgespec.cuhlm.calibration): beta ~ a u + b on the traces,
-thresholds, and the beta-vs-u figure."""
+the thresholds the variants use, and the beta-vs-u figure."""
 
 from edgespec.artifacts import setup_logging
 
@@ -17,8 +17,9 @@ from edgespec.cuhlm.calibration import (
     clamp_threshold,
     fit_rejection_model,
     rejectable_fraction,
+    risk_averse_threshold,
     risk_budget_threshold,
-    threshold_table,
+    risk_prone_threshold,
 )
 
 cuhlm = snakemake.params.cuhlm
@@ -29,28 +30,13 @@ delta = rejectable_fraction(tokens["x_d"], tokens["y_d"])
 logging.info(
     "fit over %d tokens: a=%.4f b=%.4f R2=%.3f r=%.3f", fit.n, fit.a, fit.b, fit.r2, fit.pearson_r
 )
+# The table of every threshold rule (and the reported risk budgets) is rule risk_thresholds.
 if fit.a > 0:
-    table = threshold_table(u, beta, fit, cuhlm["risk_budgets"], delta=delta)
-    by_rule = dict(zip(table["rule"], table["u_th"], strict=True))
-    u_averse, u_prone = by_rule["risk_averse"], by_rule["risk_prone"]
+    u_averse, u_prone = risk_averse_threshold(fit), risk_prone_threshold(fit, delta)
 else:
     # A non-increasing fit means uncertainty does not predict rejection: the linear-model
     # thresholds are undefined, so the U-HLM/CU-HLM variants skip nothing.
     logging.warning("slope a=%.4f <= 0: thresholds undefined, skipping disabled", fit.a)
-    table = pd.DataFrame(
-        [
-            {
-                "rule": r,
-                "epsilon": float("nan"),
-                "u_th": SKIP_NOTHING_THRESHOLD,
-                "skip_fraction": 0.0,
-                "predicted_risk": 0.0,
-                "empirical_risk": 0.0,
-                "skips_every_token": False,
-            }
-            for r in ("risk_averse", "risk_prone")
-        ]
-    )
     u_averse = u_prone = SKIP_NOTHING_THRESHOLD
 rule = cuhlm["threshold_rule"]
 if rule == "risk_budget":
@@ -82,7 +68,6 @@ u_th = clamp_and_warn(
     f"threshold_rule {rule}", u_th, ["fixed_topk", "cuhlm_offline", "cuhlm_online", "cuhlm_exact"]
 )
 bins = binned_rejection(u, beta)
-write_csv(table, snakemake.output.thresholds)
 write_csv(bins, snakemake.output.bins)
 write_json(
     {

@@ -1,6 +1,7 @@
 """Rule optimize_k (CU-HLM wing, edgespec.cuhlm.kselect, edgespec.cuhlm.kcurves,
-edgespec.cuhlm.traces): the offline k* over every k in [1, |V|] (cvxpy, HiGHS), the joint
-(u_th, k) programme per channel of the sweep, and the per-grid bound table."""
+edgespec.cuhlm.joint, edgespec.cuhlm.traces): the offline k* over every k in [1, |V|] (cvxpy,
+HiGHS), the joint (u_th, k) programme at cuhlm.kstar_channel, the per-grid bound table, and the
+dense bound curves (rule joint_kstar solves the joint programme per channel from them)."""
 
 from edgespec.artifacts import setup_logging
 
@@ -17,13 +18,14 @@ from transformers import AutoModelForCausalLM
 from edgespec import plots
 from edgespec.artifacts import read_json, write_csv, write_json
 from edgespec.cuhlm.calibration import LinearFit
-from edgespec.cuhlm.kcurves import dense_bound_curves
+from edgespec.cuhlm.joint import latency_inputs, solve_joint
+from edgespec.cuhlm.kcurves import dense_bound_curves, save_curves
 from edgespec.cuhlm.kselect import k_table, optimize_k_star
 from edgespec.cuhlm.traces import replay_draft_probs
 from edgespec.models.load import from_pretrained_or_hub, load_tokenizer, resolve_torch_dtype
 from edgespec.models.precision import quantize_model
 from edgespec.runconfig import chat_prompts, model_settings, prompt_split
-from edgespec.wireless.channel import ChannelCondition, ergodic_rate_bps
+from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
 
 REPLAY_MAX_MEAN_ABS_DIFF = 0.1
@@ -98,24 +100,9 @@ if diff.mean() > REPLAY_MAX_MEAN_ABS_DIFF:
         f" > {REPLAY_MAX_MEAN_ABS_DIFF}): prompts or completions are misaligned"
     )
 
-channels = {name: ChannelCondition.from_dict(c) for name, c in params.channels.items()}
+reference = ChannelCondition.from_dict(params.reference_channel)
 reference_name = cuhlm["kstar_channel"]
-
-
-def latency_for(condition: ChannelCondition) -> dict:
-    return {
-        "draft_s": profile.draft_token_s,
-        "uncertainty_s": profile.uncertainty_s,
-        "target_s": profile.target_token_s,
-        "rtt_s": condition.rtt_s,
-        "mean_uplink_rate_bps": ergodic_rate_bps(condition),
-        "prob_bits": cuhlm["prob_bits"],
-        "vocab_size": vocab_size,
-        "topk_s": dict(profile.topk_s),
-    }
-
-
-latency = latency_for(channels[reference_name])
+latency = latency_inputs(profile, reference, cuhlm["prob_bits"], vocab_size)
 u_th = fit_info["u_th"] if fit_info["u_th"] >= 0 else None
 offline = optimize_k_star(curves, cuhlm["theta_tv"], latency, u_th=u_th)
 logging.info(
@@ -127,45 +114,19 @@ logging.info(
     offline.status,
     offline.solver,
 )
-# The joint programme: u_th over "skip nothing" and every observed u, per channel of the sweep.
-u_grid = [-1.0, *curves.u_values.tolist()]
-joint_rows = []
-for name, condition in channels.items():
-    solution = optimize_k_star(
-        curves,
-        cuhlm["theta_tv"],
-        latency_for(condition),
-        u_th_grid=u_grid,
-        risk_budget=cuhlm["risk_budget"],
-    )
-    joint_rows.append(
-        {
-            "channel": name,
-            "fading": condition.fading,
-            "snr_db": condition.mean_snr_db(),
-            "ergodic_rate_bps": ergodic_rate_bps(condition),
-            "k_star": solution.k_star,
-            "u_th": solution.u_th,
-            "skip_fraction": 1.0 - solution.p_tx,
-            "skip_risk": solution.risk,
-            "mean_online_bound": solution.mean_bound,
-            "expected_latency_s": solution.objective_s,
-            "status": solution.status,
-            "decoded": name == reference_name,
-        }
-    )
-joint_table = pd.DataFrame(joint_rows).sort_values(["fading", "snr_db"], kind="stable")
-joint = joint_table[joint_table["channel"] == reference_name].iloc[0]
+# The joint programme at the reference channel, the one cuhlm_joint decodes (rule joint_kstar
+# solves it at every channel of the sweep, for the report, from the saved curves).
+joint = solve_joint(curves, cuhlm["theta_tv"], latency, cuhlm["risk_budget"])
 logging.info(
-    "joint programme at %s: k* = %d, u_th = %g; k* over the sweep: %s",
+    "joint programme at %s: k* = %d, u_th = %g, %s",
     reference_name,
-    joint["k_star"],
-    joint["u_th"],
-    joint_table["k_star"].tolist(),
+    joint.k_star,
+    joint.u_th,
+    joint.status,
 )
+save_curves(curves, snakemake.output.curves)
 table = k_table(trace, k_grid, fit, u_th, cuhlm["theta_tv"], latency, offline.k_star)
 write_csv(table, snakemake.output.table)
-write_csv(joint_table, snakemake.output.joint)
 write_json(
     {
         "k_star": offline.k_star,
@@ -182,13 +143,13 @@ write_json(
         "latency_inputs": latency,
         "joint": {
             "channel": reference_name,
-            "k_star": int(joint["k_star"]),
-            "u_th": float(joint["u_th"]),
-            "skip_fraction": float(joint["skip_fraction"]),
-            "skip_risk": float(joint["skip_risk"]),
+            "k_star": int(joint.k_star),
+            "u_th": float(joint.u_th),
+            "skip_fraction": float(1.0 - joint.p_tx),
+            "skip_risk": float(joint.risk),
             "risk_budget": cuhlm["risk_budget"],
-            "mean_online_bound": float(joint["mean_online_bound"]),
-            "objective_s": float(joint["expected_latency_s"]),
+            "mean_online_bound": float(joint.mean_bound),
+            "objective_s": float(joint.objective_s),
         },
         "replay": {
             "tokens": int(len(diff)),

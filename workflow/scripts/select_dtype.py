@@ -16,9 +16,9 @@ from edgespec.models.precision import choose_dtype
 
 params = snakemake.params
 torch.set_num_threads(snakemake.threads)
-target_config = json.loads(
-    (Path(snakemake.input.provenance).parent / "target" / "config.json").read_text()
-)
+# The target's shapes from its config in the model cache (which may be shared by several
+# working directories; this directory's provenance record names the pair).
+target_config = json.loads((Path(params.model_dir) / "target" / "config.json").read_text())
 text_config = target_config.get("text_config", target_config)
 choice = choose_dtype(
     params.dtype,

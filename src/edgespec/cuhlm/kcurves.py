@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from edgespec.artifacts import write_npz
 from edgespec.cuhlm.calibration import LinearFit
 from edgespec.cuhlm.kselect import beta_hat, online_bound_denominator, reconstruction_errors_all_k
 
@@ -180,3 +181,27 @@ def dense_bound_curves(
         bound_sums=sums.numpy(),
         vocab_size=vocab,
     )
+
+
+CURVE_ARRAYS = ("k_values", "u_values", "counts", "beta_sums", "bound_sums")
+
+
+def save_curves(curves: BoundCurves, path) -> None:
+    """Write ``curves`` to an ``.npz`` file (float64, exact), so that later stages (the joint
+    programme per channel) reuse them without replaying the draft."""
+    write_npz(
+        path,
+        **{name: getattr(curves, name) for name in CURVE_ARRAYS},
+        vocab_size=np.asarray(curves.vocab_size, dtype=np.int64),
+    )
+
+
+def load_curves(path) -> BoundCurves:
+    """The curves :func:`save_curves` wrote, exactly."""
+    with np.load(path) as data:
+        missing = [n for n in (*CURVE_ARRAYS, "vocab_size") if n not in data.files]
+        if missing:
+            raise ValueError(f"{path}: not a bound-curves file (arrays {missing} missing)")
+        return BoundCurves(
+            **{name: data[name] for name in CURVE_ARRAYS}, vocab_size=int(data["vocab_size"])
+        )

@@ -7,7 +7,10 @@ Sources (:func:`load_records`):
 - ``"arithmetic"``: grade-school word problems generated from a seeded RNG
   (``edgespec.data.arithmetic``), each with a gold number and a worked solution.
 - ``"jsonl"``: the user's own file in the prompt schema (``path=``).
-- ``edgespec.data.hub.HUB_DATASETS``: the seeds' public datasets through a dataset hub.
+- ``edgespec.data.hub.HUB_DATASETS``: the seeds' public datasets through a dataset hub, or from
+  a local copy in the dataset's own format (``path=``).
+
+:func:`files_read` names the files a source reads, so the workflow can declare them as inputs.
 """
 
 from __future__ import annotations
@@ -30,6 +33,20 @@ from edgespec.data.records import (
     read_jsonl,
 )
 
+LOCAL_COPY_SOURCES = ("jsonl", *HUB_DATASETS)
+"""Sources that take a ``path``: the prompt-schema file, or a hub dataset's local copy."""
+
+
+def files_read(
+    name: str, path: str | os.PathLike | None = None, data_dir: Path = DEFAULT_DATA_DIR
+) -> list[str]:
+    """The local files (or folders) that :func:`load_records` reads for this source."""
+    if name == "instructions":
+        return [str(Path(data_dir) / INSTRUCTIONS_FILE)]
+    if name in LOCAL_COPY_SOURCES and path is not None:
+        return [str(path)]
+    return []  # generated (arithmetic) or fetched from the hub
+
 
 def _sample(records: list[PromptRecord], n: int, rng: np.random.Generator) -> list[PromptRecord]:
     """All records when n >= len; otherwise n of them without replacement, in source order."""
@@ -45,13 +62,16 @@ def load_records(
     rng: np.random.Generator,
     path: str | os.PathLike | None = None,
     data_dir: Path = DEFAULT_DATA_DIR,
+    label: str | None = None,
 ) -> list[PromptRecord]:
-    """Load up to ``n`` prompt records of dataset ``name``.
+    """Load up to ``n`` prompt records of dataset ``name`` (errors say ``label``, the
+    dataset's name in the config, if given).
 
     ``"instructions"`` reads ``data_dir/instructions.jsonl``; ``"arithmetic"`` generates ``n``
-    problems with ``rng``; ``"jsonl"`` reads ``path``; a :data:`HUB_DATASETS` name goes through
-    ``datasets.load_dataset``. When ``n`` exceeds what exists, all records are returned;
-    otherwise ``n`` are drawn with ``rng`` without replacement and kept in source order.
+    problems with ``rng``; ``"jsonl"`` reads ``path``; a :data:`HUB_DATASETS` name reads its
+    local copy ``path`` if given, else goes through ``datasets.load_dataset``. When ``n`` exceeds
+    what exists, all records are returned; otherwise ``n`` are drawn with ``rng`` without
+    replacement and kept in source order.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise DatasetError(f"dataset '{name}': n must be a non-negative integer, got {n!r}")
@@ -63,9 +83,9 @@ def load_records(
     elif name == "jsonl":
         if path is None:
             raise DatasetError(f"dataset 'jsonl' needs a path to a JSONL file ({SCHEMA_HINT})")
-        records = read_jsonl(path, dataset=name)
+        records = read_jsonl(path, dataset=label or name)
     elif name in HUB_DATASETS:
-        records = load_hub(name)
+        records = load_hub(name, path=path)
     else:
         known = ", ".join((*EMBEDDED, "jsonl", *HUB_DATASETS))
         raise DatasetError(f"unknown dataset '{name}'; known datasets: {known}")

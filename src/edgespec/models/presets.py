@@ -10,7 +10,9 @@ Qwen2.5-Coder-1.5B-Instruct (target), the official Q4_K_M GGUF files; it works o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 PROVENANCE_FILE = "provenance.json"
 
@@ -62,6 +64,7 @@ class PairPreset:
     draft: ChunkedGGUF | WheelGGUF | HubModel | str | None  # None: derived from the target
     target: ChunkedGGUF | WheelGGUF | HubModel | str
     draft_layers: int | None = None  # derived draft = first N decoder layers of the target
+    target_params: float | None = None  # about how many parameters the target has (memory)
 
 
 def _chunked(prefix: str, n: int, version: str, size: int, sha256: str, filename: str):
@@ -94,6 +97,7 @@ PRESETS: dict[str, PairPreset] = {
             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         ),
+        target_params=1.54e9,
     ),
     "smollm2": PairPreset(
         name="smollm2",
@@ -110,18 +114,21 @@ PRESETS: dict[str, PairPreset] = {
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         ),
         draft_layers=8,
+        target_params=0.135e9,
     ),
     "tinyllama_llama2_7b": PairPreset(
         name="tinyllama_llama2_7b",
         description="TinyLlama-1.1B-Chat (draft) + Llama-2-7B-chat (target); needs the hub",
         draft="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
         target="meta-llama/Llama-2-7b-chat-hf",
+        target_params=6.74e9,
     ),
     "llama32_llama31_8b": PairPreset(
         name="llama32_llama31_8b",
         description="Llama-3.2-1B-Instruct (draft) + Llama-3.1-8B-Instruct (target); needs the hub",
         draft="meta-llama/Llama-3.2-1B-Instruct",
         target="meta-llama/Llama-3.1-8B-Instruct",
+        target_params=8.03e9,
     ),
     "tiny_random": PairPreset(
         name="tiny_random",
@@ -134,6 +141,38 @@ PRESETS: dict[str, PairPreset] = {
         target="tiny_random:target",
     ),
 }
+
+
+def fetch_memory_mb(preset: str, custom: dict | None = None) -> int:
+    """Memory (MB) that fetching and converting the pair needs: its larger model in the stored
+    precision (float32 for a dequantised GGUF, about 2 bytes a parameter for a hub checkpoint)
+    1.5 times over (loading, saving, the reload check), plus 2 GB for Python and torch."""
+    overhead = 2000
+    if preset in PRESETS and not custom:
+        spec = PRESETS[preset]
+        if spec.target_params is None:
+            return overhead
+        gguf = isinstance(spec.target, ChunkedGGUF | WheelGGUF)
+        return overhead + math.ceil(1.5 * spec.target_params * (4 if gguf else 2) / 1e6)
+    # custom: from the size of local model files; a hub id (size unknown here) gets 32 GB,
+    # which `--set-resources fetch_models:mem_mb=...` overrides
+    largest = 0.0
+    for role in ("draft", "target"):
+        entry = (custom or {}).get(role) or {}
+        entry = {"id": entry} if isinstance(entry, str) else entry
+        location = Path(str(entry.get("id", ""))).expanduser()
+        if not location.exists():
+            return 32000
+        if entry.get("gguf_file"):
+            files = [location / entry["gguf_file"]]
+        else:
+            files = [location] if location.is_file() else list(location.glob("*"))
+        weights = [f for f in files if f.suffix in (".gguf", ".safetensors", ".bin")]
+        # a Q4 GGUF holds about 0.6 bytes a parameter and dequantises to 4
+        size = sum(f.stat().st_size * (4 / 0.6 if f.suffix == ".gguf" else 1) for f in weights)
+        largest = max(largest, size)
+    return overhead + math.ceil(1.5 * largest / 1e6)
+
 
 DEFAULT_TINY_CORPUS: tuple[str, ...] = (
     "The quick brown fox jumps over the lazy dog.",

@@ -25,6 +25,8 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold
 from torch import nn
 
+from edgespec.artifacts import default_file_mode
+
 MIN_STD = 1e-6
 """Features whose train-split std is below this are constant: they are centred, not scaled."""
 
@@ -416,6 +418,7 @@ def save_head(head: DecisionHead, path: str | os.PathLike, extra: dict | None = 
     try:
         with os.fdopen(fd, "wb") as fh:
             torch.save(payload, fh)
+        os.chmod(tmp, default_file_mode())  # mkstemp's 0600 would hide it from the group
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
