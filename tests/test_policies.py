@@ -224,3 +224,48 @@ def test_build_policy_errors():
         build_policy("uhlm_risk_averse", {**PARAMS, "uncertainty_samples": 0})
     # A calibrated "skip nothing" threshold (negative) is valid and never skips.
     assert build_policy("cuhlm_offline", {**PARAMS, "u_th": -1.0}).u_th is None
+
+
+# What each read of edgespec.variants.CUHLM_POLICY_READS hands a decode job (rule decode_cuhlm:
+# config keys in params.policy, fit.json and kstar.json as inputs, the reference's skip rate).
+READ_KEYS = {
+    "uncertainty": ("uncertainty_samples", "theta_max"),
+    "fit": ("fit", "u_th_risk_averse", "u_th_risk_prone", "u_th"),  # fit.json
+    "u_th": ("fit", "u_th_risk_averse", "u_th_risk_prone", "u_th"),  # fit.json
+    "k_star": ("k_star", "u_th_joint", "k_joint"),  # kstar.json
+    "joint": ("k_star", "u_th_joint", "k_joint"),  # kstar.json
+    "theta_tv": ("theta_tv",),
+    "fixed_k": ("fixed_k",),
+    "online_k_max": ("online_k_max",),
+    "random_skip_rate": ("random_skip_rate",),
+}
+
+
+def _policy_fields(policy):
+    return (
+        type(policy),
+        getattr(policy, "u_th", None),
+        getattr(policy, "k_rule", None),
+        getattr(policy, "uncertainty_samples", None),
+        getattr(policy, "uncertainty_theta_max", None),
+        getattr(policy, "skip_rate", None),
+    )
+
+
+def test_policy_reads_give_each_variant_everything_it_needs():
+    """A decode job gets only what its variant's policy reads (so that other keys rerun
+    nothing); that must build the same policy as every parameter would."""
+    from edgespec.variants import CUHLM_POLICY_READS
+
+    assert set(CUHLM_POLICY_READS) == set(VARIANTS)
+    full = {**PARAMS, "online_k_max": 32}
+    for variant, reads in CUHLM_POLICY_READS.items():
+        assert reads <= set(READ_KEYS), variant
+        keys = {key for read in reads for key in READ_KEYS[read]}
+        only = {key: full[key] for key in keys}
+        assert _policy_fields(build_policy(variant, only)) == _policy_fields(
+            build_policy(variant, full)
+        ), variant
+    # the joint variant decodes kstar.json's joint solution, not the fit's threshold
+    assert "joint" in CUHLM_POLICY_READS["cuhlm_joint"]
+    assert "u_th" not in CUHLM_POLICY_READS["cuhlm_joint"]
