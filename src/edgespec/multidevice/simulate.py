@@ -171,12 +171,17 @@ def simulate(
         state["kick"] = False
         try_start(now)
 
-    def finish_alone(now: float, device: int, leg: int) -> None:
+    def served_once(device: int, leg: int) -> None:
         nonlocal could_send
         served.append((device, leg))
         pending[device] -= 1
+        if pending[device] < 0:
+            raise RuntimeError(f"device {device}'s request (leg {leg}) was served twice")
         if pending[device] == 0:
             could_send -= 1
+
+    def finish_alone(now: float, device: int, leg: int) -> None:
+        served_once(device, leg)
         advance(device, now)
 
     def try_start(now: float) -> None:
@@ -214,13 +219,9 @@ def simulate(
         try_start(now)
 
     def batch_done(now: float, batch) -> None:
-        nonlocal could_send
         state["busy"] = False
         for device, leg, *_ in batch:
-            served.append((device, leg))
-            pending[device] -= 1
-            if pending[device] == 0:
-                could_send -= 1
+            served_once(device, leg)
         for device, *_ in batch:
             advance(device, now)
         try_start(now)
