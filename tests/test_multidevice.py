@@ -342,6 +342,9 @@ def test_batch_when_ready_with_window_and_max_batch_hand_computed():
     r = simulate(_requesters([0.0] * 4), "equal_split", BATCH, 1, BatchingPolicy(2, 0.0))
     assert r.batch_sizes == [2, 2]
     np.testing.assert_allclose(r.finish_s, [0.03 * f2] * 2 + [0.06 * f2] * 2)
+    # A cap above the number of devices is never reached (nor timed).
+    r = simulate(_requesters([0.0] * 3), "equal_split", BATCH, 1, BatchingPolicy(64, 0.0))
+    assert r.batch_sizes == [3]
     # One device never waits for companions, whatever the window.
     r = simulate(_requesters([0.0]), "equal_split", BATCH, 1, BatchingPolicy(None, 5.0))
     assert r.finish_s[0] == pytest.approx(0.03)

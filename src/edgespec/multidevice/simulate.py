@@ -110,7 +110,7 @@ def simulate(
     state = {"busy": False, "kick": False, "busy_s": 0.0, "wait_s": 0.0, "solo": 0, "window": -1.0}
     batch_sizes: list[int] = []
     served: list[tuple[int, int]] = []
-    max_batch = policy.max_batch or devices
+    max_batch = policy.largest_batch(devices)
     factors = [1.0] * (max_batch + 1)  # a batch of b costs factors[b] single requests
     for b in range(2, max_batch + 1):
         factors[b] = batch_times.factor(verify_tokens, b)
