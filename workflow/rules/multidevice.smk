@@ -28,9 +28,10 @@ rule profile_batching:
         runtime=lambda wildcards, attempt: 30 * attempt,
     params:
         model_dir=model_dir_of,
-        models=MODEL_LOAD,
         batching=MD_BATCHING,
-        prompting=PROMPTING,
+        # The models and the prompt are read only when the forwards are timed.
+        models=MODEL_LOAD if MD_BATCHING["mode"] == "measured" else None,
+        prompting=PROMPTING if MD_BATCHING["mode"] == "measured" else None,
     script:
         "../scripts/profile_batching.py"
 
@@ -112,9 +113,7 @@ rule report_multidevice:
         mem_mb=2000,
         runtime=10,
     params:
-        methods=MD_METHODS,
-        channels=MD_CHANNELS,
-        uplink=MULTIDEVICE["uplink"],
+        headline={"uplink": MULTIDEVICE["uplink"][0], "channel": MD_CHANNELS[0]},
         batching=MULTIDEVICE["batching"],
         tdma_slot_s=MULTIDEVICE["tdma_slot_s"],
         saturation=MULTIDEVICE["saturation"],

@@ -37,7 +37,7 @@ saturation = saturation_table(
 )
 write_csv(summary, snakemake.output.summary)
 write_csv(saturation, snakemake.output.saturation)
-top = headline(summary, saturation, params.uplink[0], params.channels[0])
+top = headline(summary, saturation, params.headline["uplink"], params.headline["channel"])
 write_csv(top, snakemake.output.headline)
 
 profile = LatencyProfile.from_dict(read_json(snakemake.input.profile))
