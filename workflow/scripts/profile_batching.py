@@ -27,10 +27,13 @@ else:
         target, prompt, batching["tokens"], batching["sizes"], batching["repeats"]
     )
     times = BatchTimes(table, "measured")
+# Measured seconds, and the factor a batch is charged (non-decreasing in the batch size).
 for tokens, row in times.table.items():
     logging.info(
         "tokens %d per row: %s",
         tokens,
-        ", ".join(f"batch {b} {s * 1e3:.1f} ms (x{s / row[1]:.2f})" for b, s in row.items()),
+        ", ".join(
+            f"batch {b} {s * 1e3:.1f} ms (x{times.factor(tokens, b):.2f})" for b, s in row.items()
+        ),
     )
 write_json(times.to_dict(), snakemake.output.times)
