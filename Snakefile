@@ -17,6 +17,7 @@ include: "workflow/rules/traces.smk"
 include: "workflow/rules/latency.smk"
 include: "workflow/rules/cuhlm.smk"
 include: "workflow/rules/wisv.smk"
+include: "workflow/rules/multidevice.smk"
 
 
 rule all:

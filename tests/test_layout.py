@@ -65,11 +65,13 @@ def test_no_import_cycles():
 @pytest.mark.parametrize(
     ("layer", "forbidden"),
     [
-        ("decoding", {"cuhlm", "wisv", "wireless", "models", "data"}),
-        ("wireless", {"cuhlm", "wisv", "decoding", "models", "data"}),
-        ("cuhlm", {"wisv"}),
-        ("wisv", {"cuhlm"}),
-        ("data", {"cuhlm", "wisv", "decoding", "wireless", "models"}),
+        ("decoding", {"cuhlm", "wisv", "wireless", "models", "data", "multidevice"}),
+        ("wireless", {"cuhlm", "wisv", "decoding", "models", "data", "multidevice"}),
+        ("cuhlm", {"wisv", "multidevice"}),
+        ("wisv", {"cuhlm", "multidevice"}),
+        ("data", {"cuhlm", "wisv", "decoding", "wireless", "models", "multidevice"}),
+        # The simulation re-prices decoded tables: no models, no decoding core.
+        ("multidevice", {"decoding", "models", "data"}),
     ],
 )
 def test_imports_run_one_way(layer, forbidden):
@@ -98,6 +100,12 @@ def test_imports_run_one_way(layer, forbidden):
         "edgespec.wireless.payload",
         "edgespec.data.answers",
         "edgespec.report",
+        "edgespec.multidevice.edge",
+        "edgespec.multidevice.uplink",
+        "edgespec.multidevice.simulate",
+        "edgespec.multidevice.workload",
+        "edgespec.multidevice.sweep",
+        "edgespec.multidevice.summary",
     ],
 )
 def test_evaluation_modules_import_neither_torch_nor_transformers(module):

@@ -35,6 +35,8 @@ COMPARED = [
     "results/report/cuhlm_headline.csv",
     "results/report/wisv_summary.csv",
     "results/report/wisv_headline.csv",
+    "results/report/multidevice_summary.csv",
+    "results/report/multidevice_headline.csv",
 ]
 
 
@@ -78,6 +80,9 @@ def test_dry_run_default_config(tmp_path):
         "decode_wisv",
         "evaluate_wisv",
         "report_wisv",
+        "profile_batching",
+        "simulate_multidevice",
+        "report_multidevice",
     ):
         assert rule in proc.stdout, rule
 
@@ -327,6 +332,66 @@ def test_smoke_run_reports_every_variant(smoke_run):
 
 
 @pytest.mark.slow
+def test_smoke_run_simulates_many_devices_on_one_edge(smoke_run):
+    runs = pd.read_parquet(smoke_run / "results/multidevice/vanilla_sd/good.parquet")
+    assert sorted(runs["devices"].unique()) == [1, 2, 4, 8, 16, 32]
+    assert set(runs["uplink"]) == {"equal_split", "tdma"} and runs["seed"].nunique() == 20
+    # One device is the single-device evaluation: its throughput per fading seed is the
+    # evaluation's (rule evaluate_wisv, the same channel, gamma and draws).
+    costs = pd.read_parquet(smoke_run / "results/wisv/metrics/vanilla_sd/good/g4.parquet")
+    per_seed = costs.groupby("fading_index").agg(tokens=("tokens", "sum"), s=("latency_s", "sum"))
+    one = runs[(runs["devices"] == 1) & (runs["uplink"] == "equal_split")].set_index("seed")
+    np.testing.assert_allclose(
+        one["aggregate_tps"].sort_index(),
+        (per_seed["tokens"] / per_seed["s"]).sort_index(),
+        rtol=1e-9,
+    )
+    assert (one["single_device_rel_diff"] < 1e-9).all()
+    # More devices: more aggregate throughput, fuller batches, a busier edge.
+    med = runs[runs["uplink"] == "equal_split"].groupby("devices").median(numeric_only=True)
+    assert med["aggregate_tps"].is_monotonic_increasing
+    assert (
+        med.loc[32, "mean_batch"] > 1
+        and med.loc[32, "edge_utilisation"] > med.loc[1, "edge_utilisation"]
+    )
+    summary = pd.read_csv(smoke_run / "results/report/multidevice_summary.csv")
+    assert set(summary["method"]) == {
+        "hlm",
+        "uhlm_risk_prone",
+        "cuhlm_online",
+        "vanilla_sd",
+        "wisv_sh",
+    }
+    assert len(summary) == 5 * 2 * 6
+    for column in ("aggregate_tps", "latency_p95_s", "edge_utilisation", "uplink_utilisation"):
+        point, low, high = (summary[c] for c in (column, f"{column}_lo", f"{column}_hi"))
+        assert ((low <= point + 1e-12) & (point <= high + 1e-12)).all(), column
+    assert (summary.loc[summary["method"] == "wisv_sh", "seeds"] == 1).all()
+    saturation = pd.read_csv(smoke_run / "results/report/multidevice_saturation.csv")
+    assert len(saturation) == 10 and set(saturation["bottleneck"]) <= {
+        "edge",
+        "band",
+        "edge and band",
+        "none",
+    }
+    headline = pd.read_csv(smoke_run / "results/report/multidevice_headline.csv")
+    assert list(headline.columns) == [
+        "metric",
+        "paper",
+        "ours",
+        "ours_lo",
+        "ours_hi",
+        "unit",
+        "where",
+    ]
+    assert (headline["ours_lo"] <= headline["ours_hi"]).all() and len(headline) == 5 * 5
+    markdown = (smoke_run / "results/report/multidevice_summary.md").read_text()
+    assert "What is shared" in markdown and "Where each method saturates" in markdown
+    for name in ("multidevice_scaling", "multidevice_utilisation"):
+        assert (smoke_run / f"results/report/{name}.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
 def test_second_run_has_nothing_to_do(smoke_run):
     proc = _run(["-n", "--cores", "2", *SMOKE, "--directory", str(smoke_run)], smoke_run)
     assert "Nothing to be done" in proc.stdout + proc.stderr
@@ -340,6 +405,7 @@ def test_html_report_bundles_figures(smoke_run):
     )
     html = (smoke_run / "report.html").read_text(errors="ignore")
     assert "cuhlm_throughput_vs_snr.png" in html and "wisv_latency_vs_channel.png" in html
+    assert "multidevice_scaling.png" in html
 
 
 @pytest.mark.slow

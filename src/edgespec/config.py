@@ -236,6 +236,56 @@ def check_wisv_settings(config: dict) -> None:
             raise ConfigError(f"config key 'wisv.relabel.{key}': low {span[0]} > high {span[1]}")
 
 
+def multidevice_batch_plan(config: dict) -> dict[str, list[int]]:
+    """What the multi-device stage's edge needs timed: ``tokens`` per row (1 for CU-HLM
+    methods, multidevice.wisv_gamma + 1 for WISV ones) and the batch ``sizes`` (1, and each
+    device count capped by the largest batch)."""
+    md = config["multidevice"]
+    tokens = set()
+    for method in md["methods"]:
+        tokens.add(1 if method in CUHLM_VARIANTS else int(md["wisv_gamma"]) + 1)
+    cap = md["batching"]["max_batch"]
+    sizes = {1} | {n if cap is None else min(n, cap) for n in md["device_counts"]}
+    return {"tokens": sorted(tokens), "sizes": sorted(sizes)}
+
+
+def check_multidevice_settings(config: dict) -> None:
+    """Relations between the multi-device keys and the rest, checked before any job."""
+    md = config["multidevice"]
+    if not md["enabled"]:
+        return
+    available = set(cuhlm_variants(config)) | set(wisv_variants(config))
+    missing = [m for m in md["methods"] if m not in available]
+    if missing:
+        raise ConfigError(
+            f"config key 'multidevice.methods': {missing} are not decoded; add them to "
+            "cuhlm.variants or wisv.variants"
+        )
+    unknown = [c for c in md["channels"] if c not in config["wisv"]["channels"]]
+    if unknown:
+        raise ConfigError(
+            f"config key 'multidevice.channels': {unknown} are not among wisv.channels "
+            f"({sorted(config['wisv']['channels'])})"
+        )
+    if any(m in WISV_VARIANTS for m in md["methods"]) and (
+        md["wisv_gamma"] not in config["wisv"]["gammas"]
+    ):
+        raise ConfigError(
+            f"config key 'multidevice.wisv_gamma': {md['wisv_gamma']} is not among wisv.gammas "
+            f"{config['wisv']['gammas']}"
+        )
+    if config["latency"]["mode"] == "given":
+        from edgespec.multidevice.edge import BatchTimes
+
+        plan = multidevice_batch_plan(config)
+        try:
+            times = BatchTimes(md["target_batch_s"], "given")
+            for tokens in plan["tokens"]:
+                times.seconds(tokens, max(plan["sizes"]))
+        except ValueError as err:
+            raise ConfigError(f"config key 'multidevice.target_batch_s': {err}") from err
+
+
 def schema_reference_markdown(schema: dict | None = None) -> str:
     """The configuration reference table of the README, generated from the schema."""
     schema = schema or load_schema()

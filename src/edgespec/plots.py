@@ -327,3 +327,87 @@ def accuracy_vs_tau(tables: dict, chosen: dict, path, subtitle=None) -> None:
     ax.legend(fontsize=7)
     _subtitle(ax, subtitle)
     _save(fig, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Many devices, one edge (methods §10)
+# ---------------------------------------------------------------------------------------------
+
+
+def _against_devices(summary: pd.DataFrame, rows: list[tuple[str, str, bool]], path, subtitle):
+    """One column per (channel, uplink scheme), one row per (metric, y label, log y): the
+    median over fading seeds per method against N, with its interval as a band."""
+    panels = list(dict.fromkeys(zip(summary["channel"], summary["uplink"], strict=True)))
+    methods = list(dict.fromkeys(summary["method"]))
+    fig, axes = plt.subplots(
+        len(rows), len(panels), figsize=(4.6 * len(panels), 3.3 * len(rows)), squeeze=False
+    )
+    for c, (channel, uplink) in enumerate(panels):
+        part = summary[(summary["channel"] == channel) & (summary["uplink"] == uplink)]
+        for r, (metric, label, log_y) in enumerate(rows):
+            ax = axes[r][c]
+            for i, method in enumerate(methods):
+                m = part[part["method"] == method].sort_values("devices")
+                if not len(m):
+                    continue
+                step = m["step"].iloc[0] if "step" in m else ""
+                style = "o-" if step == "token" else "s--"
+                ax.plot(
+                    m["devices"],
+                    m[metric],
+                    style,
+                    ms=3,
+                    color=f"C{i % 10}",
+                    label=f"{method} (per {step})" if step else method,
+                )
+                ax.fill_between(
+                    m["devices"],
+                    m[f"{metric}_lo"],
+                    m[f"{metric}_hi"],
+                    color=f"C{i % 10}",
+                    alpha=0.15,
+                    lw=0,
+                )
+            ax.set_xscale("log", base=2)
+            counts = sorted(summary["devices"].unique())
+            ax.set_xticks(counts, [str(int(n)) for n in counts])
+            ax.xaxis.set_minor_locator(plt.NullLocator())  # only the simulated N
+            if log_y:
+                ax.set_yscale("log")
+            ax.set_xlabel("devices sharing the edge (N)")
+            ax.set_ylabel(label)
+            ax.set_title(f"{channel}, {uplink}", fontsize=9)
+            ax.grid(alpha=0.3, which="both")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    if subtitle:
+        fig.suptitle(subtitle, fontsize=9)
+    _save(fig, path)
+
+
+def multidevice_scaling(summary: pd.DataFrame, path, subtitle=None) -> None:
+    """Aggregate throughput and p95 latency per token (CU-HLM) or round (WISV) against the
+    number of devices, one curve per method, one column per channel and uplink scheme."""
+    _against_devices(
+        summary,
+        [
+            ("aggregate_tps", "aggregate throughput (tokens/s)", True),
+            ("latency_p95_s", "p95 latency per token / round (s)", True),
+        ],
+        path,
+        subtitle,
+    )
+
+
+def multidevice_utilisation(summary: pd.DataFrame, path, subtitle=None) -> None:
+    """Edge and uplink utilisation and the edge's mean batch size against the number of
+    devices (where each method saturates which resource)."""
+    _against_devices(
+        summary,
+        [
+            ("edge_utilisation", "edge busy (fraction of time)", False),
+            ("uplink_utilisation", "band carrying data (fraction of time)", False),
+            ("mean_batch", "mean verification batch size", True),
+        ],
+        path,
+        subtitle,
+    )

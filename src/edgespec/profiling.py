@@ -138,6 +138,8 @@ def measure_vocabulary_operations(
         for k in topk_ladder(vocab)
     }
     return {"online_k_s": online_k_s, "topk_s": topk_s}
+
+
 # ---------------------------------------------------------------------------------------------
 # WISV: prompt prefill and the decision head (methods §4.3)
 # ---------------------------------------------------------------------------------------------
@@ -177,3 +179,60 @@ def measure_head_round_s(head: torch.nn.Module, gamma: int, csi, repeats: int) -
         torch.sigmoid(head(h_draft, h_target, features))
 
     return _median_time(run, repeats)
+
+
+# ---------------------------------------------------------------------------------------------
+# The edge's batched verification forwards (the multi-device simulation, methods §10)
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def measure_target_batch_times(
+    target: torch.nn.Module,
+    prompt: Sequence[int],
+    tokens_per_row: Sequence[int],
+    batch_sizes: Sequence[int],
+    repeats: int,
+) -> dict[str, dict[str, float]]:
+    """Median time [s] of one KV-cached target forward over ``tokens`` new tokens in each of
+    ``batch`` rows, for every ``tokens`` in ``tokens_per_row`` and ``batch`` in
+    ``batch_sizes``: ``{str(tokens): {str(batch): seconds}}`` (one warm-up, ``repeats`` timed).
+
+    Every row continues ``prompt`` (prefilled once at batch 1; the cache is then repeated per
+    batch size, so no batch is prefilled), and each timed forward is cropped off again, so every
+    repeat sees the same context. Tokens 1 is CU-HLM's verification forward (``target_token_s``
+    at batch 1), gamma + 1 a WISV round's (``target_verify_s[gamma]``).
+    """
+    import copy
+
+    tokens_per_row = sorted({int(t) for t in tokens_per_row})
+    batch_sizes = sorted({int(b) for b in batch_sizes})
+    if not tokens_per_row or min(tokens_per_row) < 1:
+        raise ValueError(f"tokens per row must be >= 1, got {tokens_per_row}")
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise ValueError(f"batch sizes must be >= 1, got {batch_sizes}")
+    if len(prompt) < 1:
+        raise ValueError("need a non-empty prompt to time batched forwards")
+    device = next(target.parameters()).device
+    prefilled = DynamicCache()
+    target(
+        input_ids=torch.tensor([list(prompt)], device=device),
+        cache=prefilled,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    out: dict[str, dict[str, float]] = {str(t): {} for t in tokens_per_row}
+    for batch in batch_sizes:
+        cache = copy.deepcopy(prefilled)
+        if batch > 1:
+            cache.batch_repeat_interleave(batch)
+        for tokens in tokens_per_row:
+            row = [prompt[-1 - (i % len(prompt))] for i in range(tokens)]
+            step = torch.tensor([row] * batch, device=device)
+
+            def run(step=step, cache=cache, tokens=tokens):
+                target(input_ids=step, cache=cache, use_cache=True, logits_to_keep=tokens)
+                cache.crop(-tokens)  # a negative count removes that many trailing positions
+
+            out[str(tokens)][str(batch)] = _median_time(run, repeats)
+    return out

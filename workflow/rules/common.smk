@@ -9,8 +9,10 @@ from edgespec.config import (
     check_cross_references,
     check_inputs_exist,
     check_model_settings,
+    check_multidevice_settings,
     check_wisv_settings,
     cuhlm_variants,
+    multidevice_batch_plan,
     validate_config,
     wisv_channels,
     wisv_variants,
@@ -25,6 +27,7 @@ check_inputs_exist(config)
 check_model_settings(config)
 check_wisv_settings(config)
 check_cross_references(config)
+check_multidevice_settings(config)
 
 MODELS = config["models"]
 MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
@@ -152,6 +155,11 @@ def final_outputs():
         "results/latency/profile.json",
         "results/report/cuhlm_summary.csv",
         "results/report/wisv_summary.csv",
+        *(
+            ["results/report/multidevice_summary.csv"]
+            if config["multidevice"]["enabled"]
+            else []
+        ),
         *(["results/machine/quantization.json"] if quantized else []),
     ]
 
@@ -327,3 +335,68 @@ def wisv_evaluate_fading(wildcards):
     if wildcards.wvariant in CSI_VARIANTS:
         return {}
     return pick(config["evaluation"], "fading_seeds")
+
+
+# Many devices, one edge (rules in multidevice.smk).
+MULTIDEVICE = config["multidevice"]
+MD_METHODS = list(MULTIDEVICE["methods"]) if MULTIDEVICE["enabled"] else []
+MD_CHANNELS = list(MULTIDEVICE["channels"])
+MD_GAMMA = MULTIDEVICE["wisv_gamma"]
+# What profile_batching reads: the mode, and either what to time or the given table.
+MD_BATCHING = {"mode": config["latency"]["mode"], **multidevice_batch_plan(config)}
+if MD_BATCHING["mode"] == "given":
+    MD_BATCHING["given"] = MULTIDEVICE["target_batch_s"]
+else:
+    MD_BATCHING["repeats"] = MULTIDEVICE["batch_repeats"]
+# What simulate_multidevice reads of the multidevice section (not the report's keys).
+MD_SWEEP = {
+    key: MULTIDEVICE[key]
+    for key in (
+        "device_counts",
+        "uplink",
+        "tdma_slot_s",
+        "batching",
+        "prompts_per_device",
+    )
+}
+
+
+def multidevice_tables(wildcards):
+    """The decoded table(s) a method is simulated from: CU-HLM tokens, or WISV rounds at
+    multidevice.wisv_gamma (per fading seed for the CSI-reading variants)."""
+    method = wildcards.mdmethod
+    if method in CUHLM_VARIANTS:
+        return [f"results/cuhlm/decode/{method}/tokens.parquet"]
+    return [
+        f"results/wisv/decode/{stem}.parquet"
+        for stem in wisv_decodes(method, MD_GAMMA, wildcards.mdchannel)
+    ]
+
+
+def multidevice_extras(wildcards):
+    """What else a method's pricing reads: k* and |V| (CU-HLM); the model sizes and the
+    decision head's time (WISV)."""
+    method = wildcards.mdmethod
+    if method in CUHLM_VARIANTS:
+        return {"kstar": "results/cuhlm/calibration/kstar.json"}
+    extras = {"provenance": model_provenance()}
+    # The head variants are charged their decision head's measured time.
+    if method not in ("vanilla_sd", "topk_accept"):
+        extras["head"] = "results/wisv/head/metrics.json"
+    return extras
+
+
+def multidevice_pricing(wildcards):
+    """Only the keys a method's pricing reads (its family's)."""
+    method = wildcards.mdmethod
+    if method in CUHLM_VARIANTS:
+        return {"prob_bits": config["cuhlm"]["prob_bits"]}
+    return {"gamma": MD_GAMMA, "hidden_bits": config["wisv"]["hidden_bits"]}
+
+
+def multidevice_seeds(wildcards):
+    """The fading seeds a method is simulated under: every seed for a channel-blind one, the
+    decoded seeds for a CSI-reading one."""
+    if wildcards.mdmethod in CSI_VARIANTS:
+        return list(CSI_DECODE_SEEDS)
+    return list(range(config["evaluation"]["fading_seeds"]))

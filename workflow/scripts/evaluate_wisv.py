@@ -13,14 +13,12 @@ import pandas as pd
 from edgespec.artifacts import read_json, write_json, write_parquet
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
-from edgespec.wisv.evaluate import CSI_VARIANTS, HEAD_VARIANTS, price_over_seeds
-
-HEAD_FILES = {
-    "head_no_csi": "no_csi_head",
-    "head_relabel_no_csi": "relabel_no_csi_head",
-    "wisv_fh": "wisv_head",
-    "wisv_sh": "wisv_head",
-}
+from edgespec.wisv.evaluate import (
+    CSI_VARIANTS,
+    HEAD_OF_VARIANT,
+    HEAD_VARIANTS,
+    price_over_seeds,
+)
 
 params = snakemake.params
 wisv = params.wisv
@@ -46,7 +44,7 @@ protocol = {
 profile = LatencyProfile.from_dict(read_json(snakemake.input.profile))
 head_s = 0.0
 if variant in HEAD_VARIANTS:
-    head_s = float(read_json(snakemake.input.head[0])["head_round_s"][HEAD_FILES[variant]])
+    head_s = float(read_json(snakemake.input.head[0])["head_round_s"][HEAD_OF_VARIANT[variant]])
 costs = price_over_seeds(
     rounds_by_seed, variant, condition, protocol, profile, gamma, params.seed, head_s=head_s
 )

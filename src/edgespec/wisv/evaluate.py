@@ -54,6 +54,13 @@ VARIANT_PROTOCOL = {
     "wisv_sh": "sh",
 }
 """Uplink protocol of each variant: ids only (vanilla payload), full-hidden or selective."""
+HEAD_OF_VARIANT = {
+    "head_no_csi": "no_csi_head",
+    "head_relabel_no_csi": "relabel_no_csi_head",
+    "wisv_fh": "wisv_head",
+    "wisv_sh": "wisv_head",
+}
+"""The decision head each head variant runs (its key in rule train_head's ``head_round_s``)."""
 
 PROMPT_COLUMNS = (
     "fading_index",
@@ -126,7 +133,11 @@ def _protocol_param(params: Mapping[str, Any], key: str, default: Any = None) ->
     return int(default)
 
 
-def _payload(variant: str, gamma: int, mismatches: int, params: Mapping[str, Any]) -> RoundPayload:
+def round_payload(
+    variant: str, gamma: int, mismatches: int, params: Mapping[str, Any]
+) -> RoundPayload:
+    """The bits one round of ``variant`` moves with ``mismatches`` mismatches, under its protocol
+    (``VARIANT_PROTOCOL``; ``params`` as in :func:`round_latencies`)."""
     vocab = _protocol_param(params, "vocab_size")
     protocol = VARIANT_PROTOCOL[check_variant(variant)]
     if protocol == "ids":
@@ -154,7 +165,9 @@ def round_uplink_bits(
     m = rounds["num_mismatches"].to_numpy(dtype=np.int64)
     out = np.zeros(len(rounds), dtype=np.float64)
     for value in np.unique(m):
-        out[m == value] = _payload(variant, gamma, int(value), protocol_params).total_uplink_bits
+        out[m == value] = round_payload(
+            variant, gamma, int(value), protocol_params
+        ).total_uplink_bits
     return out
 
 
@@ -188,7 +201,7 @@ def round_latencies(
         sel = m == value
         extra = head_s if (variant in HEAD_VARIANTS and value > 0) else 0.0
         out[sel] = round_latency(
-            _payload(variant, gamma, int(value), protocol_params),
+            round_payload(variant, gamma, int(value), protocol_params),
             rate[sel],
             rtt_s,
             gamma,

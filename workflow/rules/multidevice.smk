@@ -1,0 +1,122 @@
+# Many devices, one edge (methods §10): batched target forwards timed once, then every method's
+# decoded table re-priced as a discrete-event simulation of N devices sharing the uplink band and
+# the edge; torch-free apart from the timing.
+wildcard_constraints:
+    mdmethod="|".join(MD_METHODS) if MD_METHODS else "none",
+    mdchannel="[a-z][a-z0-9]*",
+
+
+rule profile_batching:
+    """Time the target's batched, KV-cached forwards (tokens per row x batch size) for the
+    edge of the multi-device simulation, or take multidevice.target_batch_s (latency.mode
+    given)."""
+    input:
+        prompts=f"results/data/{DATASETS[0]}.jsonl",
+        provenance=model_provenance(),
+        precision=PRECISION,
+    output:
+        times="results/latency/target_batching.json",
+    log:
+        "logs/profile_batching.log",
+    benchmark:
+        "benchmarks/profile_batching.tsv"
+    conda:
+        "../envs/edgespec.yaml"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=lambda wildcards, attempt: 16000 * attempt,
+        runtime=lambda wildcards, attempt: 30 * attempt,
+    params:
+        model_dir=model_dir_of,
+        batching=MD_BATCHING,
+        # The models and the prompt are read only when the forwards are timed.
+        models=MODEL_LOAD if MD_BATCHING["mode"] == "measured" else None,
+        prompting=PROMPTING if MD_BATCHING["mode"] == "measured" else None,
+    script:
+        "../scripts/profile_batching.py"
+
+
+rule simulate_multidevice:
+    """One method under one channel: N devices sharing the band and the edge, for every
+    device count, uplink scheme and fading seed (discrete events; torch-free)."""
+    input:
+        unpack(multidevice_extras),
+        tables=multidevice_tables,
+        profile="results/latency/profile.json",
+        batching="results/latency/target_batching.json",
+    output:
+        runs="results/multidevice/{mdmethod}/{mdchannel}.parquet",
+    log:
+        "logs/simulate_multidevice/{mdmethod}/{mdchannel}.log",
+    benchmark:
+        "benchmarks/simulate_multidevice/{mdmethod}/{mdchannel}.tsv"
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wildcards, attempt: 2000 * attempt,
+        runtime=lambda wildcards, attempt: 20 * attempt,
+    params:
+        channel=lambda wildcards: WISV_CHANNELS[wildcards.mdchannel],
+        sweep=MD_SWEEP,
+        pricing=multidevice_pricing,
+        seeds=multidevice_seeds,
+        seed=config["seed"],
+    script:
+        "../scripts/simulate_multidevice.py"
+
+
+localrules:
+    report_multidevice,
+
+
+rule report_multidevice:
+    """Throughput, latency, utilisation and batch size against N per method (intervals over
+    fading seeds), where each method saturates the edge or the band, and the figures."""
+    input:
+        runs=expand(
+            "results/multidevice/{mdmethod}/{mdchannel}.parquet",
+            mdmethod=MD_METHODS,
+            mdchannel=MD_CHANNELS,
+        ),
+        profile="results/latency/profile.json",
+        batching="results/latency/target_batching.json",
+        provenance=model_provenance(),
+    output:
+        summary=report(
+            "results/report/multidevice_summary.csv",
+            caption="../report/multidevice_summary.rst",
+            category="Many devices",
+            subcategory="Tables",
+        ),
+        markdown="results/report/multidevice_summary.md",
+        saturation="results/report/multidevice_saturation.csv",
+        headline="results/report/multidevice_headline.csv",
+        scaling=report(
+            "results/report/multidevice_scaling.png",
+            caption="../report/multidevice_scaling.rst",
+            category="Many devices",
+            subcategory="Figures",
+        ),
+        utilisation=report(
+            "results/report/multidevice_utilisation.png",
+            caption="../report/multidevice_utilisation.rst",
+            category="Many devices",
+            subcategory="Figures",
+        ),
+    log:
+        "logs/report_multidevice.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        headline={"uplink": MULTIDEVICE["uplink"][0], "channel": MD_CHANNELS[0]},
+        batching=MULTIDEVICE["batching"],
+        tdma_slot_s=MULTIDEVICE["tdma_slot_s"],
+        saturation=MULTIDEVICE["saturation"],
+        seed_interval=config["evaluation"]["seed_interval"],
+    script:
+        "../scripts/report_multidevice.py"
