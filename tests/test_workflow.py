@@ -452,6 +452,10 @@ RERUNS = {
             "evaluate_cuhlm": len(CUHLM_VARIANTS),  # every evaluation reads kstar.json (|V|)
             "score_cuhlm": 1,
             "report_cuhlm": 1,
+            # the CU-HLM methods of the many-device simulation read k* (hlm, uhlm_risk_prone,
+            # cuhlm_online)
+            "simulate_multidevice": 3,
+            "report_multidevice": 1,
             "all": 1,
         },
     ),
@@ -466,6 +470,9 @@ RERUNS = {
             "score_wisv": 4,
             "evaluate_wisv": 4 * 2,  # the four head variants on both channels
             "report_wisv": 1,
+            # wisv_sh in the many-device simulation is charged its head's measured time
+            "simulate_multidevice": 1,
+            "report_multidevice": 1,
             "all": 1,
         },
     ),
