@@ -24,7 +24,7 @@ from edgespec.profiling import (
     measure_vocabulary_operations,
     topk_ladder,
 )
-from edgespec.report import headline_table, markdown_table, paper_comparison
+from edgespec.report import headline_table, markdown_table, paper_comparison, precision_paragraph
 from edgespec.wireless.delay import LatencyProfile
 
 
@@ -79,6 +79,28 @@ def test_paper_comparison_reads_the_named_condition():
 def test_markdown_table_formats_nan():
     text = markdown_table(pd.DataFrame({"a": [1.0, math.nan], "b": ["x", "y"]}))
     assert text.splitlines()[0] == "| a | b |" and "n/a" in text
+
+
+def test_report_states_the_precision_and_the_quantisation_cost():
+    precision = {
+        "dtype": "bfloat16",
+        "reason": "native bf16 (avx512_bf16)",
+        "machine": {"device": "cpu", "cpu_count": 2, "simd": ["avx2", "avx512_bf16"]},
+    }
+    text = precision_paragraph(precision)
+    assert "**bfloat16** (native bf16 (avx512_bf16); cpu, 2 cores, avx512_bf16)" in text
+    assert "quantised" not in text
+    emulated = {**precision, "machine": {"device": "cpu", "cpu_count": 2, "simd": ["avx2"]}}
+    assert "no native bf16" in precision_paragraph(emulated)
+    quantization = {
+        "quantize": "int8_dynamic",
+        "top1_agreement": 0.896,
+        "mean_tv": 0.1234,
+        "positions": 96,
+    }
+    text = precision_paragraph(precision, quantization)
+    assert "**int8_dynamic**-quantised" in text
+    assert "top-1 agreement 89.6% and mean total variation 0.123 over 96 positions" in text
 
 
 def test_channel_conditions_are_named_and_checked():

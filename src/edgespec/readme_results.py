@@ -37,6 +37,12 @@ REPORT_FILES = {
     "results/machine/precision.json": "precision.json",
     "results/latency/profile.json": "profile.json",
 }
+# Written only when the run has the stage (multidevice.enabled, models.quantize).
+OPTIONAL_REPORT_FILES = {
+    "results/report/multidevice_headline.csv": "multidevice_headline.csv",
+    "results/report/multidevice_summary.md": "multidevice_summary.md",
+    "results/machine/quantization.json": "quantization.json",
+}
 
 
 # ------------------------------------------------------------------------------- snapshot
@@ -72,6 +78,12 @@ def snapshot(workdir: Path, dest: Path, run: dict, bench: Path | None = None) ->
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing: run the workflow to the end first")
         shutil.copyfile(path, dest / name)
+    for source, name in OPTIONAL_REPORT_FILES.items():
+        path = Path(workdir) / source
+        if path.is_file():
+            shutil.copyfile(path, dest / name)
+        else:
+            (dest / name).unlink(missing_ok=True)
     times = rule_times(Path(workdir) / "benchmarks")
     with (dest / "rule_times.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=["rule", "jobs", "seconds", "peak_rss_mb"])
@@ -98,6 +110,8 @@ def _number(text: str) -> float:
 
 
 def _fmt(value: float, unit: str) -> str:
+    if math.isinf(value):
+        return "not reached"
     if not math.isfinite(value):
         return "n/a"
     if unit == "%":
@@ -116,7 +130,7 @@ def headline_table(rows: list[dict]) -> str:
     for row in rows:
         unit = row.get("unit", "")
         lo, hi = _number(row.get("ours_lo")), _number(row.get("ours_hi"))
-        interval = f"{_fmt(lo, unit)} to {_fmt(hi, unit)}" if math.isfinite(lo) else ""
+        interval = f"{_fmt(lo, unit)} to {_fmt(hi, unit)}" if not math.isnan(lo) else ""
         out.append(
             f"| {row['metric']} | {row['paper']} | {_fmt(_number(row['ours']), unit)} | "
             f"{interval} | {row['where']} |"
@@ -139,6 +153,15 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
         f"**Wall time**: {run['wall_s'] / 60:.1f} min from nothing to both reports. Per rule, "
         "from the `benchmark:` files (seconds, all jobs of the rule):",
         "",
+        *(
+            [
+                f"A second `{run['command']}` right after found nothing to do in "
+                f"{run['second_run_s']:.1f} s.",
+                "",
+            ]
+            if "second_run_s" in run
+            else []
+        ),
         "| rule | jobs | seconds | peak RSS (MB) |",
         "|---|---|---|---|",
     ]
@@ -158,9 +181,24 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
     bench = snapshot_dir / "bench_engine.md"
     if bench.is_file():
         parts += ["", "**Engine benchmark**:", "", bench.read_text().strip()]
-    for wing, title in (("cuhlm", "CU-HLM family"), ("wisv", "WISV")):
-        rows = _read_csv(snapshot_dir / f"{wing}_headline.csv")
-        parts += ["", f"**{title}** (the paper's number beside ours):", "", headline_table(rows)]
+    quantization = snapshot_dir / "quantization.json"
+    if quantization.is_file():
+        q = json.loads(quantization.read_text())
+        parts += [
+            "",
+            f"**Quantised target** ({q['quantize']}): top-1 agreement "
+            f"{100 * q['top1_agreement']:.1f}% and mean total variation {q['mean_tv']:.3f} "
+            f"against the unquantised target over {q['positions']} positions.",
+        ]
+    for wing, title in (
+        ("cuhlm", "CU-HLM family** (the paper's number beside ours)"),
+        ("wisv", "WISV** (the paper's number beside ours)"),
+        ("multidevice", "Many devices, one edge** (no paper number: neither paper has it)"),
+    ):
+        path = snapshot_dir / f"{wing}_headline.csv"
+        if wing == "multidevice" and not path.is_file():
+            continue
+        parts += ["", f"**{title}:", "", headline_table(_read_csv(path))]
     return "\n".join(parts).strip() + "\n"
 
 
@@ -187,6 +225,7 @@ def main(argv=None) -> None:
     snap.add_argument("--start", required=True, help="how the run started (cold, warm, ...)")
     snap.add_argument("--machine", required=True, help="the machine, in words")
     snap.add_argument("--bench", type=Path, help="engine benchmark output (Markdown)")
+    snap.add_argument("--second-run-s", type=float, help="wall time of a second, no-op run, s")
     sub.add_parser("write", help="write the README block from docs/results")
     args = ap.parse_args(argv)
     if args.command == "snapshot":
@@ -196,6 +235,8 @@ def main(argv=None) -> None:
             "start": args.start,
             "machine": args.machine,
         }
+        if args.second_run_s is not None:
+            run["second_run_s"] = args.second_run_s
         snapshot(args.workdir, args.dest, run, args.bench)
     else:
         write_readme()

@@ -213,3 +213,26 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *body])
+
+
+def precision_paragraph(precision: dict, quantization: dict | None = None) -> str:
+    """The run's decoding precision and why it was chosen (``results/machine/precision.json``),
+    and, when the target was quantised, how much that changed it
+    (``results/machine/quantization.json``): a report should say what produced its numbers."""
+    machine = precision.get("machine", {})
+    simd = machine.get("simd") or []
+    native = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in simd]
+    features = ", ".join(native) if native else "no native bf16"
+    text = (
+        f"Decoding precision: **{precision['dtype']}** ({precision['reason']}; "
+        f"{machine.get('device', 'cpu')}, {machine.get('cpu_count', '?')} cores, {features})."
+    )
+    if quantization:
+        text += (
+            f" The target ran **{quantization['quantize']}**-quantised: against the unquantised "
+            f"target on its own greedy continuations, top-1 agreement "
+            f"{100 * quantization['top1_agreement']:.1f}% and mean total variation "
+            f"{quantization['mean_tv']:.3f} over {quantization['positions']} positions; every "
+            "figure below carries that change."
+        )
+    return text

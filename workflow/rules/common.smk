@@ -164,6 +164,15 @@ def final_outputs():
     ]
 
 
+def run_precision(wildcards):
+    """The records a report prints about the precision its numbers were decoded in: the dtype
+    choice, and the quantised target's fidelity when models.quantize is on."""
+    records = {"precision": PRECISION}
+    if MODELS["quantize"] != "none":
+        records["quantization"] = "results/machine/quantization.json"
+    return records
+
+
 def trace_tables():
     return expand("results/traces/{dataset}/tokens.parquet", dataset=DATASETS)
 

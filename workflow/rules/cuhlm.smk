@@ -242,6 +242,7 @@ rule report_cuhlm:
     """Summary with intervals under both latency profiles, the papers' numbers beside ours, the
     headline table and the CU-HLM figures."""
     input:
+        unpack(run_precision),
         metrics=expand(
             "results/cuhlm/metrics/{variant}.parquet", variant=CUHLM_VARIANTS
         ),
@@ -257,7 +258,6 @@ rule report_cuhlm:
         profile="results/latency/profile.json",
         traces=trace_tables(),
         provenance=model_provenance(),
-        precision=PRECISION,
     output:
         summary=report(
             "results/report/cuhlm_summary.csv",

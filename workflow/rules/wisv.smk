@@ -264,6 +264,7 @@ rule report_wisv:
     """WISV table against vanilla SD beside the paper's numbers, with intervals, and the WISV
     figures."""
     input:
+        unpack(run_precision),
         costs=expand(
             "results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.parquet",
             wvariant=WISV_VARIANTS,

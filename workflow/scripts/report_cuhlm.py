@@ -12,7 +12,7 @@ from edgespec import plots
 from edgespec.artifacts import atomic_path, read_json, write_csv
 from edgespec.cuhlm.summary import summary_table
 from edgespec.hardware import HardwareSpec, roofline_profile
-from edgespec.report import headline_table, markdown_table, paper_comparison
+from edgespec.report import headline_table, markdown_table, paper_comparison, precision_paragraph
 
 params = snakemake.params
 evaluation = params.evaluation
@@ -21,6 +21,10 @@ kstar = read_json(snakemake.input.kstar)
 vocab_size = kstar["vocab_size"]
 primary = read_json(snakemake.input.profile)
 provenance = read_json(snakemake.input.provenance)
+precision = read_json(snakemake.input.precision)
+quantization = (
+    read_json(snakemake.input.quantization) if "quantization" in snakemake.input.keys() else None
+)
 metrics = pd.concat([pd.read_parquet(p) for p in snakemake.input.metrics], ignore_index=True)
 tokens = {
     variant: pd.read_parquet(path)
@@ -136,7 +140,8 @@ with atomic_path(snakemake.output.markdown) as tmp:
         "\n\n".join(
             [
                 "# CU-HLM family: measured results",
-                f"Model pair: {provenance.get('description', provenance.get('preset'))}.",
+                f"Model pair: {provenance.get('description', provenance.get('preset'))}. "
+                + precision_paragraph(precision, quantization),
                 "Every delay-based figure (throughput, latency, gain over HLM) is the median over "
                 f"{seeds} fading seeds with its central {100 * evaluation['seed_interval']:g}% "
                 "interval in brackets; gains are taken per seed against HLM under the same "

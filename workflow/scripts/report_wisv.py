@@ -12,7 +12,7 @@ import pandas as pd
 
 from edgespec import plots
 from edgespec.artifacts import atomic_path, read_json, write_csv
-from edgespec.report import markdown_table
+from edgespec.report import markdown_table, precision_paragraph
 from edgespec.wireless.channel import ChannelCondition, uplink_rate_bps
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.evaluate import CSI_VARIANTS, round_latencies
@@ -48,6 +48,10 @@ head = read_json(snakemake.input.head)
 labels = read_json(snakemake.input.labels)
 relabel = read_json(snakemake.input.relabel)
 provenance = read_json(snakemake.input.provenance)
+precision = read_json(snakemake.input.precision)
+quantization = (
+    read_json(snakemake.input.quantization) if "quantization" in snakemake.input.keys() else None
+)
 profile = LatencyProfile.from_dict(read_json(snakemake.input.profile))
 subtitle = f"{provenance.get('preset')} pair; latency profile: {profile.source}"
 seeds = params.evaluation["fading_seeds"]
@@ -88,6 +92,7 @@ lines = [
     f"{profile.source} profile (prompt prefill and the head's time per round included). Greedy "
     "decoding; gains and reductions are relative to vanilla SD on the same channel and gamma, "
     "seed by seed and prompt by prompt.",
+    precision_paragraph(precision, quantization),
     f"**Common fading.** Every variant, at every channel and gamma, sees the same fading draw "
     f"for round r of prompt p under fading seed s (Gauss-Markov blocks, correlation "
     f"{params.wisv['correlation']} unless a channel sets its own). The channel-blind variants "
