@@ -20,6 +20,7 @@ shows the crossover batch size where speculation stops paying on this machine.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -185,6 +186,13 @@ def main() -> None:
     summary = machine_summary(flags)
     native = native_bf16("cpu", flags)
     simd = " ".join(summary["simd"])
+    caps = {
+        name: os.environ[name]
+        for name in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+        if os.environ.get(name)
+    }
+    capped = f" with {' '.join(f'{k}={v}' for k, v in caps.items())}" if caps else ""
+    print(f"`python bench/bench_engine.py {' '.join(sys.argv[1:])}`{capped}")
     print(f"\nCPU: {summary['processor']}, {summary['cpu_count']} cores, SIMD {simd}")
     print(
         f"native bf16: {native or 'no'}; dtype {args.dtype}; threads {args.threads}; "

@@ -43,12 +43,16 @@ def _write_snapshot(path):
         )
     header = ["metric", "paper", "ours", "ours_lo", "ours_hi", "unit", "where"]
     for wing, row in (
-        ("cuhlm", ["throughput vs HLM", "206x", 3.85, 3.5, 7.0, "x", "cuhlm_online, 10 dB"]),
+        ("cuhlm", ["throughput vs HLM", "206.0", 3.85, 3.5, 7.0, "x", "cuhlm_online, 10 dB"]),
         ("wisv", ["accepted length", "+60.8%", 46.1, "", "", "%", "wisv, poor, g8"]),
     ):
         with (path / f"{wing}_headline.csv").open("w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerows([header, row])
+            if wing == "cuhlm":  # large ratios are written out, not in exponent notation
+                writer.writerow(
+                    ["throughput vs HLM", "1014.0", 2535.4, 1385.1, 5833.05, "x", "offline, -20 dB"]
+                )
 
 
 def test_render_reads_every_figure_from_the_snapshot(tmp_path):
@@ -57,9 +61,11 @@ def test_render_reads_every_figure_from_the_snapshot(tmp_path):
     text = readme_results.render(snap)
     assert "**float32** (timed probe: float32 faster)" in text
     assert "25.0 min" in text and "| decode_wisv | 8 | 400.5 | 5336 |" in text
+    assert "scheduling) | | 1099.5 | |" in text  # the wall time the benchmark files miss
     assert "270 ms (gamma = 4), 274 ms (gamma = 8)" in text  # gammas in numeric order
     assert "| throughput vs HLM | 206x | 3.85x | 3.5x to 7x | cuhlm_online, 10 dB |" in text
     assert "| accepted length | +60.8% | 46.1% |  | wisv, poor, g8 |" in text
+    assert "| throughput vs HLM | 1014x | 2535x | 1385x to 5833x | offline, -20 dB |" in text
 
 
 def test_render_adds_the_optional_parts_the_snapshot_has(tmp_path):
@@ -96,6 +102,23 @@ def test_write_replaces_only_the_results_block(tmp_path):
     assert "stale numbers" not in text and text.startswith("# title\n")
     assert text.endswith(f"{readme_results.END}\n## after\n")
     assert readme_results.readme_block(text) == readme_results.render(snap)
+
+
+def test_snapshot_command_line_records_the_run(tmp_path, monkeypatch):
+    """``--command`` is a field of the run, not the sub-command."""
+    copied = {}
+    monkeypatch.setattr(
+        readme_results, "snapshot", lambda workdir, dest, run, bench: copied.update(run=run)
+    )
+    argv = ["snapshot", "--wall-s", "60", "--command", "snakemake --cores 2", "--start", "cold"]
+    readme_results.main([*argv, "--machine", "m", "--second-run-s", "1.5"])
+    assert copied["run"] == {
+        "wall_s": 60.0,
+        "command": "snakemake --cores 2",
+        "start": "cold",
+        "machine": "m",
+        "second_run_s": 1.5,
+    }
 
 
 def test_snapshot_refuses_an_unfinished_run(tmp_path):

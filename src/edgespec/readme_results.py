@@ -116,9 +116,18 @@ def _fmt(value: float, unit: str) -> str:
         return "n/a"
     if unit == "%":
         return f"{value:.1f}%"
+    text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"  # no exponent notation
     if unit == "x":
-        return f"{value:.3g}x"
-    return f"{value:.3g}{' ' + unit if unit and unit not in ('%', 'x') else ''}"
+        return f"{text}x"
+    return f"{text}{' ' + unit if unit else ''}"
+
+
+def _paper(text: str, unit: str) -> str:
+    """The paper's number as written (sign kept), with the unit of a ratio or a percentage."""
+    value = _number(text)
+    if not math.isfinite(value) or unit not in ("x", "%"):
+        return text
+    return f"{'+' if text.strip().startswith('+') else ''}{value:g}{unit}"
 
 
 def headline_table(rows: list[dict]) -> str:
@@ -131,9 +140,10 @@ def headline_table(rows: list[dict]) -> str:
         unit = row.get("unit", "")
         lo, hi = _number(row.get("ours_lo")), _number(row.get("ours_hi"))
         interval = f"{_fmt(lo, unit)} to {_fmt(hi, unit)}" if not math.isnan(lo) else ""
+        ours = _fmt(_number(row["ours"]), unit)
         out.append(
-            f"| {row['metric']} | {row['paper']} | {_fmt(_number(row['ours']), unit)} | "
-            f"{interval} | {row['where']} |"
+            f"| {row['metric']} | {_paper(row['paper'], unit)} | {ours} | {interval} | "
+            f"{row['where']} |"
         )
     return "\n".join(out)
 
@@ -150,23 +160,30 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
         "`docs/results/` by `python -m edgespec.readme_results write`; the tables under "
         "`results/report/` of that run hold every figure.",
         "",
-        f"**Wall time**: {run['wall_s'] / 60:.1f} min from nothing to both reports. Per rule, "
-        "from the `benchmark:` files (seconds, all jobs of the rule):",
-        "",
-        *(
-            [
-                f"A second `{run['command']}` right after found nothing to do in "
-                f"{run['second_run_s']:.1f} s.",
-                "",
-            ]
+        f"**Wall time**: {run['wall_s'] / 60:.1f} min from nothing to both reports."
+        + (
+            f" A second `{run['command']}` right after found nothing to do in "
+            f"{run['second_run_s']:.1f} s."
             if "second_run_s" in run
-            else []
+            else ""
         ),
+        "",
+        "Per rule, from the `benchmark:` files (seconds, all jobs of the rule):",
+        "",
         "| rule | jobs | seconds | peak RSS (MB) |",
         "|---|---|---|---|",
     ]
+    timed = 0.0
     for row in _read_csv(snapshot_dir / "rule_times.csv"):
         parts.append(f"| {row['rule']} | {row['jobs']} | {row['seconds']} | {row['peak_rss_mb']} |")
+        timed += float(row["seconds"])
+    if run["wall_s"] > timed:
+        # The small torch-free jobs have no benchmark: file; with --cores 2 the model jobs run
+        # one at a time, so the rest of the wall time is theirs (and Snakemake's own).
+        parts.append(
+            f"| everything else (small jobs without a `benchmark:` file, scheduling) | | "
+            f"{run['wall_s'] - timed:.1f} | |"
+        )
     verify = ", ".join(
         f"{float(v) * 1e3:.0f} ms (gamma = {g})"
         for g, v in sorted(profile["target_verify_s"].items(), key=lambda kv: int(kv[0]))
@@ -190,6 +207,16 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
             f"{100 * q['top1_agreement']:.1f}% and mean total variation {q['mean_tv']:.3f} "
             f"against the unquantised target over {q['positions']} positions.",
         ]
+    reports = [
+        f"[`{name}`](docs/results/{name})"
+        for name in ("cuhlm_summary.md", "wisv_summary.md", "multidevice_summary.md")
+        if (snapshot_dir / name).is_file()
+    ]
+    parts += [
+        "",
+        "The run's full report tables, with every interval and the calibration: "
+        f"{', '.join(reports)}.",
+    ]
     for wing, title in (
         ("cuhlm", "CU-HLM family** (the paper's number beside ours)"),
         ("wisv", "WISV** (the paper's number beside ours)"),
@@ -216,7 +243,7 @@ def write_readme(readme: Path = README, snapshot_dir: Path = SNAPSHOT_DIR) -> No
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="action", required=True)
     snap = sub.add_parser("snapshot", help="copy a finished run's report files to docs/results")
     snap.add_argument("--workdir", type=Path, default=Path("."))
     snap.add_argument("--dest", type=Path, default=SNAPSHOT_DIR)
@@ -228,7 +255,7 @@ def main(argv=None) -> None:
     snap.add_argument("--second-run-s", type=float, help="wall time of a second, no-op run, s")
     sub.add_parser("write", help="write the README block from docs/results")
     args = ap.parse_args(argv)
-    if args.command == "snapshot":
+    if args.action == "snapshot":
         run = {
             "wall_s": args.wall_s,
             "command": args.command,
