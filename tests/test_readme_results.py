@@ -110,6 +110,8 @@ def test_snapshot_command_line_records_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(
         readme_results, "snapshot", lambda workdir, dest, run, bench: copied.update(run=run)
     )
+    # a regression must not rewrite this repository's README
+    monkeypatch.setattr(readme_results, "write_readme", lambda: copied.update(wrote=True))
     argv = ["snapshot", "--wall-s", "60", "--command", "snakemake --cores 2", "--start", "cold"]
     readme_results.main([*argv, "--machine", "m", "--second-run-s", "1.5"])
     assert copied["run"] == {
