@@ -8,6 +8,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+HEADLINE_COLUMNS = ("metric", "paper", "ours", "ours_lo", "ours_hi", "unit", "where")
+"""The columns of every ``<wing>_headline.csv`` (CU-HLM, WISV, many devices), which
+:mod:`edgespec.readme_results` renders into the README."""
+
 
 @dataclass(frozen=True)
 class PaperNumber:
@@ -198,7 +202,7 @@ def headline_table(
                     "where": where,
                 }
             )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
 
 
 def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:

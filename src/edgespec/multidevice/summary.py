@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from edgespec.intervals import SEED_LEVEL, seed_interval
+from edgespec.report import HEADLINE_COLUMNS
 
 KEY = ("method", "channel", "uplink")
 METRICS = (
@@ -208,9 +209,7 @@ def headline(
                         "where": f"{where}{note}",
                     }
                 )
-    return pd.DataFrame(
-        rows, columns=["metric", "paper", "ours", "ours_lo", "ours_hi", "unit", "where"]
-    )
+    return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
 
 
 def display_table(summary: pd.DataFrame, columns: Mapping[str, tuple[str, str]]) -> pd.DataFrame:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from edgespec.intervals import BOOTSTRAP_LEVEL, BOOTSTRAP_SAMPLES, SEED_LEVEL, bootstrap_interval
 from edgespec.intervals import seed_interval as _seed_interval
+from edgespec.report import HEADLINE_COLUMNS
 from edgespec.seeding import numpy_rng
 
 REFERENCE = "vanilla_sd"
@@ -247,8 +248,6 @@ WISV_REFERENCES = (
     ("task-accuracy drop vs vanilla SD", "<1", "accuracy_drop", 1, "points", False),
 )
 """WISV (arXiv 2604.17701) abstract numbers, 1B/8B pair, simulated channel (methods §8)."""
-
-HEADLINE_COLUMNS = ("metric", "paper", "ours", "ours_lo", "ours_hi", "unit", "where")
 
 
 def headline(summary: pd.DataFrame, variants=("wisv_fh", "wisv_sh")) -> pd.DataFrame:
