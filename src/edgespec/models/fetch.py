@@ -21,20 +21,19 @@ folders of runs that were killed midway.
 
 Cache dtype: each model is stored once, in the precision it was converted to (a dequantised
 GGUF in float32, a hub or local checkpoint in its own dtype), and ``provenance.json`` records
-that stored ``dtype``; ``load_pair`` casts to the requested ``models.dtype`` as it loads, so a
-dtype change needs no new fetch. For the default pair that is 6.2 GB (target) and 2.0 GB
-(draft) of float32 safetensors; bfloat16 decoding was measured faster on a 2-core CPU with
-AVX-512 bf16 (Qwen2.5-Coder-1.5B target, one KV-cached decode step after a 32-token prefill,
-trimmed mean of 8: bf16 227 / 182 / 288 ms per step at batch 1 / 4 / 16 against fp32 359 / 750
-/ 863 ms), and teacher-forced greedy argmax in bf16 matched the fp32-dequantised GGUF on
-128/128 positions.
+that stored ``dtype``; a run in another ``models.dtype`` loads a copy cast to it once
+(``edgespec.models.cast``), so a dtype change needs no new fetch. For the default pair that is
+6.2 GB (target) and 2.0 GB (draft) of float32 safetensors; bfloat16 decoding was measured
+faster on a 2-core CPU with AVX-512 bf16 (Qwen2.5-Coder-1.5B target, one KV-cached decode step
+after a 32-token prefill, trimmed mean of 8: bf16 227 / 182 / 288 ms per step at batch 1 / 4 /
+16 against fp32 359 / 750 / 863 ms), and teacher-forced greedy argmax in bf16 matched the
+fp32-dequantised GGUF on 128/128 positions.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -51,7 +50,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from edgespec.artifacts import default_dir_mode, default_file_mode
+from edgespec.artifacts import default_file_mode
+from edgespec.models.cachedir import (
+    cache_lock,
+    give_usual_modes,
+    move_into_place,
+    new_build_dir,
+    remove_stale_builds,
+)
 from edgespec.models.load import (
     SPECIAL_TOKEN_ATTRS,
     canonical_dtype_name,
@@ -549,62 +555,6 @@ def _identity(spec: PairPreset, n_draft_layers, tiny: dict | None) -> dict:
     return want
 
 
-@contextlib.contextmanager
-def _cache_lock(out_dir: Path, progress: bool):
-    """Hold an exclusive lock on ``.<name>.lock`` beside ``out_dir`` (one builder at a time,
-    across working directories and processes); the kernel drops it if the process dies."""
-    lock_path = out_dir.parent / f".{out_dir.name}.lock"
-    # Read-only is enough for flock, and works when another member of the group made the file.
-    fd = os.open(lock_path, os.O_RDONLY | os.O_CREAT, default_file_mode())
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _log(progress, f"another process is building {out_dir}; waiting for it")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _remove_stale_builds(out_dir: Path, progress: bool) -> list[str]:
-    """Remove ``<name>.tmp-*`` and ``<name>.old-*`` folders beside ``out_dir``.
-
-    Called with the cache lock held: a live builder would hold the lock, so these are left by
-    runs that were killed (several GB each for a real pair).
-    """
-    removed = []
-    for pattern in (f"{out_dir.name}.tmp-*", f"{out_dir.name}.old-*"):
-        for stale in sorted(out_dir.parent.glob(pattern)):
-            _log(progress, f"removing {stale}, left half-built by a run that was killed")
-            shutil.rmtree(stale, ignore_errors=True)
-            removed.append(stale.name)
-    return removed
-
-
-def _give_usual_modes(folder: Path) -> None:
-    """Files and folders as ``open``/``mkdir`` would make them (umask applied): safetensors
-    writes its files 0600 and ``mkdtemp`` makes 0700, which would keep a shared cache from the
-    rest of the group."""
-    file_mode, dir_mode = default_file_mode(), default_dir_mode()
-    os.chmod(folder, dir_mode)
-    for path in folder.rglob("*"):
-        if not path.is_symlink():
-            os.chmod(path, dir_mode if path.is_dir() else file_mode)
-
-
-def _move_into_place(build: Path, out_dir: Path) -> None:
-    """Rename the complete ``build`` to ``out_dir``; an ``out_dir`` already there is moved
-    aside first and removed only after the new one is in place."""
-    old = None
-    if out_dir.exists():
-        old = Path(tempfile.mkdtemp(prefix=f"{out_dir.name}.old-", dir=out_dir.parent))
-        os.rename(out_dir, old / out_dir.name)
-    os.rename(build, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def fetch_pair(
     preset: str | PairPreset,
     out_dir: Path,
@@ -651,8 +601,8 @@ def fetch_pair(
     want = _identity(spec, n_draft_layers, tiny)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with _cache_lock(out_dir, progress):
-        _remove_stale_builds(out_dir, progress)
+    with cache_lock(out_dir, lambda msg: _log(progress, msg)):
+        remove_stale_builds(out_dir, lambda msg: _log(progress, msg))
         if _is_complete(out_dir):
             prov = json.loads((out_dir / PROVENANCE_FILE).read_text())
             got = {k: prov.get(k) if k != "tiny" else _tiny_identity(prov) for k in want}
@@ -689,8 +639,7 @@ def _build_pair(spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, prog
     import transformers
 
     t_start = time.perf_counter()
-    build = Path(tempfile.mkdtemp(prefix=f"{out_dir.name}.tmp-", dir=out_dir.parent))
-    os.chmod(build, default_dir_mode())  # mkdtemp makes it 0700; the cache is an ordinary dir
+    build = new_build_dir(out_dir)
     src_dir = build / "_src"
     src_dir.mkdir()
     wheel_dir = Path(wheel_dir) if wheel_dir is not None else out_dir.parent / "wheels"
@@ -840,9 +789,9 @@ def _build_pair(spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, prog
         prov["peak_rss_mb"] = _peak_rss_mb()
         prov["created_unix"] = round(time.time(), 1)
         (build / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=False) + "\n")
-        _give_usual_modes(build)
+        give_usual_modes(build)
         try:
-            _move_into_place(build, out_dir)
+            move_into_place(build, out_dir)
         except OSError as exc:
             raise ModelPairError(f"could not move {build} to {out_dir}: {exc}") from exc
     except BaseException:

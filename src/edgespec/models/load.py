@@ -9,12 +9,14 @@ error when the hub is unreachable). :func:`stop_token_ids` gives the ids that en
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from edgespec.models.cast import ensure_cast
 from edgespec.models.presets import PROVENANCE_FILE, ModelPairError, TokenizerMismatchError
 
 _PROBE_TEXTS = (
@@ -219,8 +221,9 @@ def load_pair_from_dir(
 
     ``models`` is the config ``models`` section; its ``dtype`` (default bfloat16) and
     ``device`` (default cpu) are used. The cache holds the weights in the precision they were
-    converted to (``provenance.json``'s ``dtype``); they are cast to ``dtype`` as they load, so
-    one cache serves every requested dtype.
+    converted to (``provenance.json``'s ``dtype``), so one cache serves every requested dtype;
+    another dtype is loaded from the cast copy beside the cache (``edgespec.models.cast``),
+    written by the first load that asks for it.
     """
     model_dir = Path(model_dir)
     models = models or {}
@@ -231,8 +234,14 @@ def load_pair_from_dir(
             "`snakemake --forcerun fetch_models`"
         )
     dtype = models.get("dtype") or "bfloat16"
+    source = model_dir
+    stored = json.loads((model_dir / PROVENANCE_FILE).read_text()).get("dtype")
+    if canonical_dtype_name(dtype) != stored:
+        source = ensure_cast(
+            model_dir, resolve_torch_dtype(dtype), canonical_dtype_name(dtype), PROVENANCE_FILE
+        )
     draft, target, tokenizer = load_pair(
-        model_dir / "draft", model_dir / "target", dtype=dtype, threads=threads
+        source / "draft", source / "target", dtype=dtype, threads=threads
     )
     device = models.get("device") or "cpu"
     if device != "cpu":
