@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from distribution_checks import tv_noise_floor
 
 from edgespec.decoding.engine import (
     DecodingConfig,
     RaggedCachedModel,
     TokenPolicy,
+    _shared_prefix_groups,
     generate_rounds,
     generate_tokenwise,
     left_pad,
+    prefill,
 )
 
 MAX_NEW = 16
@@ -133,12 +136,6 @@ def _exact_token_laws(target, prompt: list[int], steps: int) -> list[torch.Tenso
     return laws
 
 
-def _tv_noise_floor(law: torch.Tensor, n: int) -> float:
-    """E[TV(empirical, law)] for n draws, to first order:
-    1/2 sum_i sqrt(2 p_i (1 - p_i) / (pi n))."""
-    return 0.5 * float(torch.sqrt(2 * law * (1 - law) / (torch.pi * n)).sum())
-
-
 def _assert_follows(tokens: list[int], law: torch.Tensor, label: str) -> None:
     from scipy.stats import chisquare
 
@@ -152,10 +149,12 @@ def _assert_follows(tokens: list[int], law: torch.Tensor, label: str) -> None:
     p = chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue
     assert p > 1e-3, f"{label}: chi-square p = {p:.2e}"
     tv = 0.5 * float((observed / n - law).abs().sum())
-    assert tv < 2.0 * _tv_noise_floor(law, n), f"{label}: TV {tv:.3f}"
+    assert tv < 2.0 * tv_noise_floor(law, n), f"{label}: TV {tv:.3f}"
 
 
 RAGGED = ([3, 17, 29], [40, 2, 11, 58, 7, 31])
+SYSTEM_TURN = [9, 33, 4, 50, 12, 27, 8, 45, 19, 2]  # a prefix every prompt of a dataset shares
+SHARED = (SYSTEM_TURN + [3, 17], SYSTEM_TURN + [40, 2, 11, 58])
 
 
 @pytest.mark.parametrize("gamma", [1, 3])
@@ -176,15 +175,17 @@ def test_sampled_rounds_match_target_distribution_in_a_ragged_batch(
             _assert_follows([r[step] for r in rows], law, f"prompt {which} token {step}")
 
 
-def test_sampled_tokenwise_hybrid_matches_target_distribution(tiny_target, tiny_draft_close):
-    """Per-token rounds with full uploads (standard HLM) are lossless too, in a ragged batch."""
+@pytest.mark.parametrize("pair", [RAGGED, SHARED], ids=["ragged", "shared_prefix"])
+def test_sampled_tokenwise_hybrid_matches_target_distribution(tiny_target, tiny_draft_close, pair):
+    """Per-token rounds with full uploads (standard HLM) are lossless too, in a ragged batch,
+    and when the prompts' common beginning is prefilled once for all rows."""
     n = 2500
     cfg = DecodingConfig(max_new_tokens=2, temperature=1.0, batch_size=2 * n)
     gen = torch.Generator().manual_seed(12)
     out = generate_tokenwise(
-        [RAGGED[0], RAGGED[1]] * n, cfg, gen, draft=tiny_draft_close, target=tiny_target
+        [pair[0], pair[1]] * n, cfg, gen, draft=tiny_draft_close, target=tiny_target
     )
-    for which, prompt in enumerate(RAGGED):
+    for which, prompt in enumerate(pair):
         laws = _exact_token_laws(tiny_target, prompt, 2)
         for step, law in enumerate(laws):
             _assert_follows([r[step] for r in out[which::2]], law, f"prompt {which} token {step}")
@@ -275,3 +276,79 @@ def test_progress_counts_every_committed_token(tiny_target, tiny_draft_close, ca
         )
     assert progress.tokens == sum(len(o) for o in out) and progress.prompts_done == len(prompts)
     assert "tokens/s" in caplog.text
+
+
+# --- prefill: shared prefixes computed once, chunks of similar length ---------------------------
+
+
+def test_shared_prefix_groups_by_hand():
+    p = SYSTEM_TURN
+    prompts = [p + [1, 2], [7, 7, 7], p + [1], p[:4] + [60] * 6, p + [1, 2]]
+    # sorted by tokens: [7,7,7] | p+[1], p+[1,2], p+[1,2] | p[:4]+[60..] (60 > p[4])
+    groups = _shared_prefix_groups(prompts, keep_last=1)
+    assert groups == [(0, [1, 3]), (len(p), [2, 0, 4])]
+    # keep_last=1 leaves each member a token of its own: p+[1] caps the prefix at len(p)
+    assert _shared_prefix_groups([p + [1], p + [1]], keep_last=1) == [(len(p), [0, 1])]
+    assert _shared_prefix_groups([p + [1], p + [1]], keep_last=0) == [(len(p) + 1, [0, 1])]
+    # shorter than MIN_SHARED_PREFIX: nothing shared
+    assert _shared_prefix_groups([p[:5] + [1], p[:5] + [2]], keep_last=1) == [(0, [0, 1])]
+
+
+def test_prefill_equals_unpadded_forwards_and_feeds_the_prefix_once(tiny_target, monkeypatch):
+    prompts = [
+        SYSTEM_TURN + [3, 17],
+        [40, 2, 11],
+        SYSTEM_TURN + [40, 2, 11, 58, 7, 31, 5, 6, 1, 9],
+        SYSTEM_TURN + [3, 17],
+        SYSTEM_TURN + [8],
+    ]
+    fed = []
+    real_feed = RaggedCachedModel.feed
+
+    def counting_feed(self, tokens, valid, logits_to_keep):
+        fed.append(int(valid.sum()))
+        return real_feed(self, tokens, valid, logits_to_keep)
+
+    monkeypatch.setattr(RaggedCachedModel, "feed", counting_feed)
+    cache, (logits, _) = prefill(tiny_target, prompts, pad_token_id=0)
+    # the system turn once, then each prompt's own tokens: 10 + (2 + 10 + 2 + 1) + 3
+    assert sum(fed) == 28 < sum(len(p) for p in prompts)
+    assert cache.num_rows == len(prompts)
+    assert torch.allclose(logits[:, -1], _next_logits(tiny_target, prompts), atol=1e-5)
+    # the rows continue as their unpadded prompts would
+    step = torch.tensor([[1], [4], [6], [2], [5]])
+    after, _ = cache.feed(step, torch.ones((5, 1), dtype=torch.bool), 1)
+    seqs = [p + [int(t)] for p, t in zip(prompts, step[:, 0], strict=True)]
+    assert torch.allclose(after[:, -1], _next_logits(tiny_target, seqs), atol=1e-5)
+
+
+def test_prefill_without_outputs_takes_empty_prompts(tiny_target):
+    heads = [SYSTEM_TURN, [], SYSTEM_TURN + [4]]
+    cache, outs = prefill(tiny_target, heads, pad_token_id=0, with_outputs=False)
+    assert outs is None and cache.num_rows == 3
+    assert cache.slot_valid.sum(1).tolist() == [len(h) for h in heads]
+    step = torch.tensor([[1], [4], [6]])
+    after, _ = cache.feed(step, torch.ones((3, 1), dtype=torch.bool), 1)
+    seqs = [h + [int(t)] for h, t in zip(heads, step[:, 0], strict=True)]
+    assert torch.allclose(after[:, -1], _next_logits(tiny_target, seqs), atol=1e-5)
+    with pytest.raises(ValueError, match="needs a token"):
+        prefill(tiny_target, heads, pad_token_id=0)
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_greedy_output_is_unchanged_when_prompts_share_a_prefix(
+    tiny_target, tiny_draft_close, gamma
+):
+    prompts = [SYSTEM_TURN + p for p in _prompts(13, lengths=(1, 6, 3, 11))] + [
+        SYSTEM_TURN[:1],
+        SYSTEM_TURN + [5],
+        SYSTEM_TURN + [5],
+    ]
+    expected = _target_greedy(tiny_target, prompts)
+    cfg = DecodingConfig(max_new_tokens=MAX_NEW, temperature=0.0, batch_size=4)
+    got, _ = generate_rounds(prompts, cfg, torch.Generator(), tiny_draft_close, tiny_target, gamma)
+    assert got == expected
+    got = generate_tokenwise(
+        prompts, cfg, torch.Generator(), draft=tiny_draft_close, target=tiny_target
+    )
+    assert got == expected

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from distribution_checks import tv_noise_floor
 from scipy.stats import chisquare
 
 from edgespec.decoding.compression import (
@@ -51,7 +52,21 @@ def _assert_distributed_as(tokens: torch.Tensor, law: torch.Tensor):
     if support.sum() > 1:
         stat = chisquare(counts[support].numpy(), (law[support] * counts.sum()).numpy())
         assert stat.pvalue > 1e-3, f"chi-square p={stat.pvalue:.2e}"
-    assert total_variation(counts / counts.sum(), law) < 0.02
+    # With a handful of categories the TV's spread is wide next to its mean (about 0.75 of it
+    # for two): 4x the mean is a 3-sigma limit that a correct sampler meets at any sample count.
+    n = int(counts.sum())
+    assert total_variation(counts / counts.sum(), law) <= 4.0 * tv_noise_floor(law, n)
+
+
+def test_sample_follows_each_rows_law_and_never_draws_a_zero():
+    laws = torch.stack([_dist(0, 3, 0, 1, 0, 2), _dist(1, 0, 0, 0, 0, 0), _dist(1, 1, 1, 1, 1, 0)])
+    gen = torch.Generator().manual_seed(4)
+    tokens = sample(laws.expand(N, 3, V), gen)
+    assert tokens.shape == (N, 3) and tokens.dtype == torch.long
+    for row in range(3):
+        _assert_distributed_as(tokens[:, row], laws[row])
+    # unnormalised rows are drawn in proportion, as torch.multinomial would
+    assert torch.all(sample(torch.tensor([[0.0, 0.0, 5.0]]).expand(100, 3), gen) == 2)
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL_PAIRS))

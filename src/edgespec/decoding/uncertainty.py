@@ -2,7 +2,10 @@
 
 From the draft logits z of one forward pass, draw M tokens d_m ~ softmax(z / theta_m) with
 theta_m ~ U(0, theta_max], and score u = (1/M) sum_m 1{d_m != d}. The M samples reuse the
-logits, so the cost is M softmaxes, not M forward passes.
+logits, so the cost is M normalisations over the vocabulary, not M forward passes. Only
+whether d_m equals d matters, so each draw is taken as that event, a Bernoulli of
+softmax(z / theta_m)_d: the same law of u as drawing the tokens, without a cumulative sum
+over the vocabulary per sample.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ MIN_TEMPERATURE = 1e-6
 NEGLIGIBLE_LOGIT_GAP = 60.0
 """Tokens whose logit lies more than theta_max * 60 below the row's maximum have probability
 below e^-60 (about 1e-26) at every theta <= theta_max; over any real vocabulary their total
-mass is far below float32 resolution, so sampling among the remaining candidates is exact
-to the precision of a full-vocabulary draw and much cheaper."""
+mass is far below float32 resolution, so normalising over the remaining candidates is exact
+to the precision of a full-vocabulary sum, and cheaper when few remain."""
 
 
 def perturbation_uncertainty(
@@ -40,27 +43,24 @@ def perturbation_uncertainty(
     # 1 - U lies in (0, 1], so theta lies in (0, theta_max] as the definition asks.
     thetas = ((1 - uniform) * theta_max).clamp_min(MIN_TEMPERATURE).to(torch.float32)
     logits = logits.to(torch.float32)
-    gap = logits.max(-1, keepdim=True).values - logits
+    top = logits.max(-1, keepdim=True).values
+    gap = top - logits  # >= 0
     negligible = gap > NEGLIGIBLE_LOGIT_GAP * theta_max
     num_candidates = int((~negligible).sum(-1).max())
-    if num_candidates > vocab // 4:  # a partial sort costs more than it saves
-        num_candidates = vocab
-        top_logits = logits.masked_fill(negligible, float("-inf"))
-        top_ids = torch.arange(vocab).expand(batch, vocab)
-    else:
-        top_logits, top_ids = logits.topk(num_candidates, dim=-1)
-        top_logits = torch.where(
-            top_logits[:, :1] - top_logits <= NEGLIGIBLE_LOGIT_GAP * theta_max,
-            top_logits,
-            float("-inf"),
-        )
-    probs = torch.softmax(top_logits.unsqueeze(1) / thetas.unsqueeze(-1), dim=-1)
-    # Inverse-CDF sampling: one uniform per (row, theta) instead of one per vocabulary entry.
-    cdf = probs.cumsum(-1)
-    draws = torch.rand((batch, num_samples, 1), generator=generator, dtype=torch.float32)
-    index = torch.searchsorted(cdf, draws * cdf[..., -1:], right=True).clamp_max(num_candidates - 1)
-    perturbed = top_ids.gather(1, index.squeeze(-1))
-    return (perturbed != draft_tokens.unsqueeze(1)).float().mean(1)
+    if num_candidates <= vocab // 4:  # a partial sort pays for itself
+        gap = -(logits.topk(num_candidates, dim=-1).values - top)
+    # u only asks whether each draw d_m equals d: d_m = d with probability
+    # p_m = softmax(z / theta_m)_d, so 1{d_m != d} is a Bernoulli(1 - p_m) draw, one uniform
+    # each, and no token needs to be drawn. log p_m = -(gap_d / theta_m) - log sum_v
+    # exp(-gap_v / theta_m), where the maximum's term is 1 and no term exceeds it, so the sum
+    # lies in [1, C] and needs no max-shift (computed in place: [B, M, C] is the big tensor).
+    terms = gap.unsqueeze(1) / thetas.unsqueeze(-1)  # [B, M, C]
+    log_norm = terms.neg_().exp_().sum(-1).log()
+    gap_d = (top.squeeze(-1) - logits.gather(1, draft_tokens.view(-1, 1)).squeeze(-1)).unsqueeze(1)
+    log_p_d = -(gap_d / thetas) - log_norm
+    draws = torch.rand((batch, num_samples), generator=generator, dtype=torch.float64)
+    differs = draws >= log_p_d.to(torch.float64).exp()
+    return differs.float().mean(1)
 
 
 def entropy(probs: torch.Tensor) -> torch.Tensor:
