@@ -1,4 +1,5 @@
-"""Per-dataset shards of the model stages joined back into the artifacts later stages read."""
+"""Shards of the model stages: which datasets share a job, and their outputs joined back into the
+artifacts later stages read."""
 
 from __future__ import annotations
 
@@ -11,7 +12,26 @@ import pandas as pd
 import pytest
 
 from edgespec.artifacts import write_json, write_npz, write_parquet
-from edgespec.shards import join_shards
+from edgespec.shards import join_shards, pack_datasets
+
+
+def test_small_datasets_are_packed_in_order_until_they_fill_a_batch():
+    sizes = {"a": 8, "b": 8, "c": 3, "d": 40, "e": 2, "f": None, "g": 5, "h": 5, "i": 9}
+    assert pack_datasets(sizes, batch_size=16) == {
+        "a+b": ["a", "b"],  # 16: a full batch
+        "c": ["c"],  # closed early by the large dataset after it
+        "d": ["d"],  # a batch or more: alone
+        "e": ["e"],
+        "f": ["f"],  # size unknown: alone
+        "g+h+i": ["g", "h", "i"],  # 19 >= 16
+    }
+    assert pack_datasets({"a": 8, "b": 8}, batch_size=8) == {"a": ["a"], "b": ["b"]}
+    assert pack_datasets({"a": 3, "b": 2}, batch_size=16) == {"a+b": ["a", "b"]}
+    assert pack_datasets({}, batch_size=4) == {}
+    with pytest.raises(ValueError, match="batch_size"):
+        pack_datasets({"a": 1}, batch_size=0)
+    with pytest.raises(ValueError, match="contains"):
+        pack_datasets({"a+b": 1}, batch_size=4)
 
 
 def test_tables_and_hidden_states_join_in_order_row_for_row(tmp_path):

@@ -87,6 +87,23 @@ def test_dry_run_default_config(tmp_path):
         assert rule in proc.stdout, rule
 
 
+def test_small_datasets_share_model_jobs_until_they_fill_a_batch(tmp_path):
+    """The default's two datasets bring 8 evaluation and 8 calibration prompts each to a batch
+    of 16: one decode_cuhlm job per variant and one mine_labels job decode both."""
+    proc = _run(["-n", "--cores", "2", "--directory", str(tmp_path)], tmp_path)
+    counts = _job_counts(proc.stdout)
+    assert counts["decode_cuhlm"] == len(CUHLM_VARIANTS) and counts["mine_labels"] == 1
+    assert "results/cuhlm/decode/hlm/arithmetic+instructions/tokens.parquet" in proc.stdout
+    assert "results/wisv/labels/arithmetic+instructions/mismatches.parquet" in proc.stdout
+    bigger = _write_yaml(tmp_path / "batch.yaml", {"decoding": {"batch_size": 8}})
+    proc = _run(
+        ["-n", "--cores", "2", "--configfile", str(bigger), "--directory", str(tmp_path)],
+        tmp_path,
+    )
+    counts = _job_counts(proc.stdout)
+    assert counts["decode_cuhlm"] == 2 * len(CUHLM_VARIANTS) and counts["mine_labels"] == 2
+
+
 def test_bad_config_fails_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("decoding:\n  max_new_tokens: lots\n")
@@ -125,7 +142,7 @@ def test_slurm_profile_dry_run_requests_resources(tmp_path):
         block = next(b for b in blocks if b.startswith(f"{rule}:"))
         assert "cpus_per_task=2" in block and "slurm_account=acct" in block, rule
     decode = next(b for b in blocks if b.startswith("decode_cuhlm:"))
-    assert "wildcards: variant=" in decode and "dataset=" in decode and "gpu=1" in decode
+    assert "wildcards: variant=" in decode and "shard=" in decode and "gpu=1" in decode
     # the 36 evaluation jobs of the default config (11 evaluate_cuhlm, 24 evaluate_wisv,
     # joint_kstar) go to SLURM as 2 group jobs of <= 30
     counts = _job_counts(proc.stdout)
@@ -148,7 +165,8 @@ def test_paper_config_prepares_exactly_the_papers_datasets(tmp_path):
     assert prepared == {"gsm8k", "alpaca", "strategyqa", "creak", "qed", "dolly"}
     counts = _job_counts(proc.stdout)
     assert counts["prepare_data"] == counts["mine_labels"] == counts["collect_traces"] == 6
-    assert counts["decode_cuhlm"] == len(CUHLM_VARIANTS) * 6  # one job per variant and dataset
+    # datasets of at least a batch (32) are shards of their own: a job per variant and dataset
+    assert counts["decode_cuhlm"] == len(CUHLM_VARIANTS) * 6
     assert counts["join_cuhlm_decode"] == len(CUHLM_VARIANTS) and counts["join_labels"] == 1
 
 
@@ -445,9 +463,9 @@ RERUNS = {
         {
             "optimize_k": 1,
             "joint_kstar": 1,
-            # only the variants that use k* (offline, exact, joint) or theta_tv (online), each
-            # dataset
-            "decode_cuhlm": 4 * 2,
+            # only the variants that use k* (offline, exact, joint) or theta_tv (online); the
+            # smoke datasets (3 evaluation prompts each, batch 6) share one shard
+            "decode_cuhlm": 4,
             "join_cuhlm_decode": 4,
             "evaluate_cuhlm": len(CUHLM_VARIANTS),  # every evaluation reads kstar.json (|V|)
             "score_cuhlm": 1,
@@ -503,7 +521,8 @@ def test_a_dtype_change_does_not_fetch_again(smoke_run, tmp_path):
     proc = _run(["-n", "--cores", "2", *SMOKE, str(cfg), "--directory", str(smoke_run)], smoke_run)
     counts = _job_counts(proc.stdout)
     assert "fetch_models" not in counts and "prepare_data" not in counts
-    assert counts["collect_traces"] == 2 and counts["mine_labels"] == 2  # they decode in bf16
+    # they decode in bf16 (the two small smoke datasets are mined as one shard)
+    assert counts["collect_traces"] == 2 and counts["mine_labels"] == 1
 
 
 @pytest.mark.slow

@@ -1,23 +1,63 @@
-"""Per-dataset outputs of a model stage joined into the one artifact that later stages read.
+"""Which datasets a model job decodes, and its outputs joined into what later stages read.
 
-The heavy model stages (``decode_cuhlm``, ``mine_labels``) run one job per dataset, so that a
-cluster schedules datasets in parallel and a retry redoes one dataset; the stages after them
-read every dataset at once. Shards are joined in the order given (the workflow passes datasets
-sorted by name, the order a single job used to read them in), rows and arrays alike, so the row
-``i`` of a joined table still belongs with row ``i`` of its joined hidden states; a shard's JSON
-summary of counts is joined by summing them.
+The heavy model stages (``decode_cuhlm``, ``mine_labels``) run one job per *shard*: a dataset
+of at least one batch of prompts is a shard of its own, so that a cluster schedules datasets in
+parallel and a retry redoes one dataset; consecutive datasets smaller than a batch share a
+shard (:func:`pack_datasets`), because every model job pays a fixed cost (start-up, loading the
+pair) and a batch that is not full costs nearly as much as one that is. The stages after them
+read every dataset at once. Shards are joined in the order given (datasets sorted by name, the
+order a single job used to read them in), rows and arrays alike, so the row ``i`` of a joined
+table still belongs with row ``i`` of its joined hidden states; a shard's JSON summary of
+counts is joined by summing them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from edgespec.artifacts import atomic_path, read_json, write_json, write_npz, write_parquet
+
+SHARD_JOINER = "+"
+"""Joins the names of the datasets a shard holds into the shard's name (a path component)."""
+
+
+def pack_datasets(sizes: Mapping[str, int | None], batch_size: int) -> dict[str, list[str]]:
+    """Shards of consecutive datasets (in the order of ``sizes``): name -> datasets.
+
+    ``sizes`` gives the prompts each dataset brings to the stage (None where unknown). A
+    dataset of at least ``batch_size`` prompts, or of unknown size, is a shard alone; smaller
+    ones are gathered in order until together they fill a batch.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    shards: dict[str, list[str]] = {}
+    pending: list[str] = []
+    rows = 0
+
+    def close() -> None:
+        nonlocal pending, rows
+        if pending:
+            shards[SHARD_JOINER.join(pending)] = pending
+        pending, rows = [], 0
+
+    for name, size in sizes.items():
+        if SHARD_JOINER in name:
+            raise ValueError(f"dataset name {name!r} contains {SHARD_JOINER!r}")
+        if size is None or size >= batch_size:
+            close()
+            shards[name] = [name]
+            continue
+        pending.append(name)
+        rows += size
+        if rows >= batch_size:
+            close()
+    close()
+    return shards
 
 
 def join_parquet(paths: Sequence[str | os.PathLike], out: str | os.PathLike) -> pd.DataFrame:

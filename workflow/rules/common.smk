@@ -1,4 +1,5 @@
 # Configuration validation and path helpers shared by every rule module.
+import re
 import sys
 from pathlib import Path
 
@@ -17,9 +18,10 @@ from edgespec.config import (
     wisv_channels,
     wisv_variants,
 )
-from edgespec.data.prepare import files_read
+from edgespec.data.prepare import files_read, split_sizes
 from edgespec.data.records import DEFAULT_DATA_DIR, INSTRUCTIONS_FILE
 from edgespec.models.presets import PRESETS, fetch_memory_mb
+from edgespec.shards import pack_datasets
 from edgespec.variants import CUHLM_POLICY_READS, WISV_CSI_VARIANTS
 
 config.update(validate_config(config))
@@ -32,6 +34,23 @@ check_multidevice_settings(config)
 MODELS = config["models"]
 MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
 DATASETS = sorted(config["data"]["datasets"])
+
+
+def dataset_shards(split):
+    """Shards of the datasets for a stage that reads their ``split`` (edgespec.shards): a
+    dataset with a batch of such prompts is decoded by jobs of its own, smaller consecutive
+    ones share jobs until they fill a batch."""
+    sizes = {
+        name: split_sizes(
+            config["data"]["datasets"][name]["n"], config["data"]["calib_fraction"]
+        )[split]
+        for name in DATASETS
+    }
+    return pack_datasets(sizes, config["decoding"]["batch_size"])
+
+
+EVAL_SHARDS = dataset_shards("eval")  # decode_cuhlm
+CALIB_SHARDS = dataset_shards("calib")  # mine_labels
 MODEL_THREADS = MODELS["threads"]
 # What model stages need to load the cached pair besides the dtype, which they read from the
 # run's precision record (rule select_dtype); other model keys (threads, preset) do not change
@@ -82,6 +101,7 @@ WISV_GREEDY_DECODING = {
 
 wildcard_constraints:
     dataset="|".join(DATASETS),
+    shard="|".join(re.escape(name) for name in sorted({*EVAL_SHARDS, *CALIB_SHARDS})),
     variant="[a-z_]+",
     channel="[a-z]+_snr-?[0-9.]+",
     wvariant="vanilla_sd|topk_accept|head_no_csi|head_relabel_no_csi|wisv_fh|wisv_sh|wisv",
@@ -242,19 +262,26 @@ def cuhlm_policy_settings(wildcards):
 
 
 def cuhlm_decode_shards(wildcards):
-    """One variant's per-dataset decode outputs, in dataset order (joined by join_cuhlm_decode)."""
+    """One variant's per-shard decode outputs, in dataset order (joined by join_cuhlm_decode)."""
     return {
         "tokens": expand(
-            "results/cuhlm/decode/{variant}/{dataset}/tokens.parquet",
+            "results/cuhlm/decode/{variant}/{shard}/tokens.parquet",
             variant=wildcards.variant,
-            dataset=DATASETS,
+            shard=EVAL_SHARDS,
         ),
         "completions": expand(
-            "results/cuhlm/decode/{variant}/{dataset}/completions.jsonl",
+            "results/cuhlm/decode/{variant}/{shard}/completions.jsonl",
             variant=wildcards.variant,
-            dataset=DATASETS,
+            shard=EVAL_SHARDS,
         ),
     }
+
+
+def shard_prompts(shards):
+    """The prepared prompt files of a shard's datasets, in order (an input function)."""
+    return lambda wildcards: expand(
+        "results/data/{dataset}.jsonl", dataset=shards[wildcards.shard]
+    )
 
 
 WISV_HEADS = {

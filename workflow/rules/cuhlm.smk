@@ -126,20 +126,21 @@ rule joint_kstar:
 
 
 rule decode_cuhlm:
-    """Decode one dataset's evaluation prompts under one variant (the channel does not change
-    tokens); one job per variant and dataset."""
+    """Decode one shard's evaluation prompts under one variant (the channel does not change
+    tokens); one job per variant and shard (a dataset, or small datasets that fill a batch
+    together)."""
     input:
         unpack(cuhlm_decode_inputs),
-        prompts="results/data/{dataset}.jsonl",
+        prompts=shard_prompts(EVAL_SHARDS),
         provenance=model_provenance(),
         precision=PRECISION,
     output:
-        tokens="results/cuhlm/decode/{variant}/{dataset}/tokens.parquet",
-        completions="results/cuhlm/decode/{variant}/{dataset}/completions.jsonl",
+        tokens="results/cuhlm/decode/{variant}/{shard}/tokens.parquet",
+        completions="results/cuhlm/decode/{variant}/{shard}/completions.jsonl",
     log:
-        "logs/decode_cuhlm/{variant}/{dataset}.log",
+        "logs/decode_cuhlm/{variant}/{shard}.log",
     benchmark:
-        "benchmarks/decode_cuhlm/{variant}/{dataset}.tsv"
+        "benchmarks/decode_cuhlm/{variant}/{shard}.tsv"
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
@@ -162,7 +163,7 @@ localrules:
 
 
 rule join_cuhlm_decode:
-    """One variant's decoded datasets as one table and one completions file, in dataset order."""
+    """One variant's decoded shards as one table and one completions file, in dataset order."""
     input:
         unpack(cuhlm_decode_shards),
     output:

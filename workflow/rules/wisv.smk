@@ -1,17 +1,18 @@
 rule mine_labels:
-    """AutoJudge-style mismatch labels on one dataset's calibration prompts (methods §4.2)."""
+    """AutoJudge-style mismatch labels on one shard's calibration prompts (methods §4.2): a
+    dataset, or small datasets that fill a batch together."""
     input:
-        prompts="results/data/{dataset}.jsonl",
+        prompts=shard_prompts(CALIB_SHARDS),
         provenance=model_provenance(),
         precision=PRECISION,
     output:
-        table="results/wisv/labels/{dataset}/mismatches.parquet",
-        hidden="results/wisv/labels/{dataset}/hidden.npz",
-        summary="results/wisv/labels/{dataset}/summary.json",
+        table="results/wisv/labels/{shard}/mismatches.parquet",
+        hidden="results/wisv/labels/{shard}/hidden.npz",
+        summary="results/wisv/labels/{shard}/summary.json",
     log:
-        "logs/mine_labels/{dataset}.log",
+        "logs/mine_labels/{shard}.log",
     benchmark:
-        "benchmarks/mine_labels/{dataset}.tsv"
+        "benchmarks/mine_labels/{shard}.tsv"
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
@@ -40,14 +41,14 @@ localrules:
 
 
 rule join_labels:
-    """The mined mismatches of every dataset as one table, hidden states in the same order, and
+    """The mined mismatches of every shard as one table, hidden states in the same order, and
     one summary (counts and seconds summed)."""
     input:
         table=expand(
-            "results/wisv/labels/{dataset}/mismatches.parquet", dataset=DATASETS
+            "results/wisv/labels/{shard}/mismatches.parquet", shard=CALIB_SHARDS
         ),
-        hidden=expand("results/wisv/labels/{dataset}/hidden.npz", dataset=DATASETS),
-        summary=expand("results/wisv/labels/{dataset}/summary.json", dataset=DATASETS),
+        hidden=expand("results/wisv/labels/{shard}/hidden.npz", shard=CALIB_SHARDS),
+        summary=expand("results/wisv/labels/{shard}/summary.json", shard=CALIB_SHARDS),
     output:
         table="results/wisv/labels/mismatches.parquet",
         hidden="results/wisv/labels/hidden.npz",

@@ -1,5 +1,5 @@
-"""Rule decode_cuhlm (CU-HLM wing, edgespec.cuhlm.decode): decode one dataset's evaluation prompts
-under one CU-HLM family variant."""
+"""Rule decode_cuhlm (CU-HLM wing, edgespec.cuhlm.decode): decode one shard's evaluation prompts
+(a dataset, or small datasets together) under one CU-HLM family variant."""
 
 from edgespec.artifacts import setup_logging
 
@@ -25,7 +25,7 @@ from edgespec.runconfig import (
 from edgespec.seeding import torch_generator
 
 params = snakemake.params
-variant, dataset = snakemake.wildcards.variant, snakemake.wildcards.dataset
+variant, shard = snakemake.wildcards.variant, snakemake.wildcards.shard
 # Only what this variant's policy reads (edgespec.variants.CUHLM_POLICY_READS): the rule passes
 # the config keys in params.policy and the calibration artifacts it needs as inputs.
 policy_params = dict(params.policy)
@@ -50,12 +50,12 @@ if variant == "random_skip":
 policy = build_policy(variant, policy_params)
 
 draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
-records = prompt_split([snakemake.input.prompts], "eval")  # this job's dataset
+records = prompt_split(list(snakemake.input.prompts), "eval")  # this job's datasets
 cfg = decoding_config(params.decoding, tokenizer, target)
 start = time.perf_counter()
-# One generator seed for every variant of a dataset: equal draws wherever the variants agree
+# One generator seed for every variant of a shard: equal draws wherever the variants agree
 # (common random numbers), so differences between variants are not sampling noise of separate
-# seeds; each dataset its own stream, as each is decoded by its own job.
+# seeds; each shard its own stream, as each is decoded by its own job.
 tokens, completions = decode_variant(
     variant,
     draft,
@@ -64,14 +64,14 @@ tokens, completions = decode_variant(
     [r.id for r in records],
     cfg,
     policy,
-    torch_generator(params.seed, "cuhlm", "decode", dataset),
-    progress=decode_progress(f"decode {variant} {dataset}", len(records), cfg.max_new_tokens),
+    torch_generator(params.seed, "cuhlm", "decode", shard),
+    progress=decode_progress(f"decode {variant} {shard}", len(records), cfg.max_new_tokens),
 )
 elapsed = time.perf_counter() - start
 logging.info(
     "%s %s: %d tokens in %.1f s (%.2f tokens/s)",
     variant,
-    dataset,
+    shard,
     len(tokens),
     elapsed,
     len(tokens) / elapsed,

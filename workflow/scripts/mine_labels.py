@@ -1,6 +1,6 @@
 """Rule mine_labels (WISV wing, edgespec.wisv.labels): AutoJudge-style safe/important labels of
-draft-target mismatches on one dataset's calibration prompts, with the after-token hidden states
-of both models and a summary of the counts (rule join_labels joins the datasets)."""
+draft-target mismatches on one shard's calibration prompts, with the after-token hidden states
+of both models and a summary of the counts (rule join_labels joins the shards)."""
 
 from edgespec.artifacts import setup_logging
 
@@ -19,7 +19,7 @@ from edgespec.wisv.labels import criterion_counts, mine_labels
 params = snakemake.params
 wisv = params.wisv
 draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
-records = prompt_split([snakemake.input.prompts], "calib")  # this job's dataset
+records = prompt_split(list(snakemake.input.prompts), "calib")  # this job's datasets
 cfg = decoding_config(params.decoding, tokenizer, target, temperature=0.0)
 start = time.perf_counter()
 table, draft_hidden, target_hidden = mine_labels(

@@ -92,6 +92,16 @@ def load_records(
     return _sample(records, n, rng)
 
 
+def split_sizes(total: int, calib_fraction: float) -> dict[str, int]:
+    """How many of ``total`` records :func:`assign_splits` marks "calib" and "eval"."""
+    if not 0.0 <= calib_fraction <= 1.0:
+        raise DatasetError(f"calib_fraction must be in [0, 1], got {calib_fraction}")
+    n_calib = int(round(calib_fraction * total))
+    if 0.0 < calib_fraction < 1.0 and total >= 2:
+        n_calib = min(max(n_calib, 1), total - 1)
+    return {"calib": n_calib, "eval": total - n_calib}
+
+
 def assign_splits(
     records: Sequence[PromptRecord], calib_fraction: float, rng: np.random.Generator
 ) -> list[PromptRecord]:
@@ -100,12 +110,8 @@ def assign_splits(
     The order of ``records`` is kept. With 0 < calib_fraction < 1 and at least two records,
     both splits get at least one record.
     """
-    if not 0.0 <= calib_fraction <= 1.0:
-        raise DatasetError(f"calib_fraction must be in [0, 1], got {calib_fraction}")
     total = len(records)
-    n_calib = int(round(calib_fraction * total))
-    if 0.0 < calib_fraction < 1.0 and total >= 2:
-        n_calib = min(max(n_calib, 1), total - 1)
+    n_calib = split_sizes(total, calib_fraction)["calib"]
     calib = set(rng.permutation(total)[:n_calib].tolist())
     return [
         dataclasses.replace(r, split="calib" if i in calib else "eval")
