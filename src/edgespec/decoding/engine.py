@@ -20,7 +20,9 @@ valid slots gathered to the right), so attention and memory track the valid toke
 Scheduling (continuous batching): prompts are admitted in order of length, at most
 ``batch_size`` rows decode together, a finished row leaves the batch, and free rows are
 refilled from the queue (the newcomers are prefilled on their own and their cache rows joined
-to the running batch) instead of letting the last rounds of a batch run nearly empty. The
+to the running batch) instead of letting the last rounds of a batch run nearly empty. A prefill
+(:func:`prefill`) computes the beginning that its prompts share once and feeds the rest in
+chunks of similar length. The
 decoded tokens do not depend on the schedule for greedy decoding; sampled decoding draws from
 one generator in schedule order, so it is reproducible for a given configuration.
 """
