@@ -30,7 +30,7 @@ one generator in schedule order, so it is reproducible for a given configuration
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -313,7 +313,7 @@ def _shared_prefix_groups(
     return ([(0, sorted(alone))] if alone else []) + out
 
 
-def _length_chunks(members: list[int], lengths: Sequence[int]) -> list[list[int]]:
+def _length_chunks(members: list[int], lengths: Mapping[int, int]) -> list[list[int]]:
     """``members`` in order of length, cut where padding to the longest would cost more than
     :data:`PREFILL_PAD_SLACK` times the real tokens."""
     members = sorted(members, key=lambda i: lengths[i])

@@ -29,6 +29,7 @@ from edgespec.models.cachedir import (
     new_build_dir,
     remove_stale_builds,
 )
+from edgespec.models.presets import PROVENANCE_FILE
 
 CAST_FILE = "cast.json"
 ROLES = ("draft", "target")
@@ -44,8 +45,8 @@ def cast_dir_of(model_dir: Path, dtype_name: str) -> Path:
     return model_dir.parent / f"{model_dir.name}.as-{dtype_name}"
 
 
-def _source_digest(model_dir: Path, provenance_file: str) -> str:
-    return hashlib.sha256((model_dir / provenance_file).read_bytes()).hexdigest()
+def _source_digest(model_dir: Path) -> str:
+    return hashlib.sha256((model_dir / PROVENANCE_FILE).read_bytes()).hexdigest()
 
 
 def _is_current(cast_dir: Path, digest: str) -> bool:
@@ -58,9 +59,11 @@ def _is_current(cast_dir: Path, digest: str) -> bool:
     )
 
 
-def _write_cast(model_dir: Path, build: Path, torch_dtype, dtype_name: str, digest: str) -> None:
+def _write_cast(model_dir: Path, build: Path, dtype_name: str, digest: str) -> None:
+    import torch
     from transformers import AutoModelForCausalLM
 
+    torch_dtype = getattr(torch, dtype_name)
     for role in ROLES:
         source, dest = model_dir / role, build / role
         # tokenizer, chat template and generation config as they are; the weights are rewritten
@@ -83,12 +86,13 @@ def _write_cast(model_dir: Path, build: Path, torch_dtype, dtype_name: str, dige
     give_usual_modes(build)
 
 
-def ensure_cast(model_dir: Path, torch_dtype, dtype_name: str, provenance_file: str) -> Path:
-    """The folder to load ``model_dir``'s pair from in ``dtype_name``: its current cast copy,
-    written now if missing or stale; ``model_dir`` itself if no copy can be written there."""
+def ensure_cast(model_dir: Path, dtype_name: str) -> Path:
+    """The folder to load ``model_dir``'s pair from in ``dtype_name`` (a torch dtype's name, as
+    ``load.canonical_dtype_name`` gives it): its current cast copy, written now if missing or
+    stale; ``model_dir`` itself if no copy can be written there."""
     model_dir = Path(model_dir)
     cast_dir = cast_dir_of(model_dir, dtype_name)
-    digest = _source_digest(model_dir, provenance_file)
+    digest = _source_digest(model_dir)
     if _is_current(cast_dir, digest):
         return cast_dir
     try:
@@ -104,7 +108,7 @@ def ensure_cast(model_dir: Path, torch_dtype, dtype_name: str, provenance_file: 
             )
             build = new_build_dir(cast_dir)
             try:
-                _write_cast(model_dir, build, torch_dtype, dtype_name, digest)
+                _write_cast(model_dir, build, dtype_name, digest)
                 move_into_place(build, cast_dir)
             except BaseException:
                 shutil.rmtree(build, ignore_errors=True)

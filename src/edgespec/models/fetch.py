@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -601,8 +602,9 @@ def fetch_pair(
     want = _identity(spec, n_draft_layers, tiny)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with cache_lock(out_dir, lambda msg: _log(progress, msg)):
-        remove_stale_builds(out_dir, lambda msg: _log(progress, msg))
+    log = functools.partial(_log, progress)
+    with cache_lock(out_dir, log):
+        remove_stale_builds(out_dir, log)
         if _is_complete(out_dir):
             prov = json.loads((out_dir / PROVENANCE_FILE).read_text())
             got = {k: prov.get(k) if k != "tiny" else _tiny_identity(prov) for k in want}

@@ -237,9 +237,7 @@ def load_pair_from_dir(
     source = model_dir
     stored = json.loads((model_dir / PROVENANCE_FILE).read_text()).get("dtype")
     if canonical_dtype_name(dtype) != stored:
-        source = ensure_cast(
-            model_dir, resolve_torch_dtype(dtype), canonical_dtype_name(dtype), PROVENANCE_FILE
-        )
+        source = ensure_cast(model_dir, canonical_dtype_name(dtype))
     draft, target, tokenizer = load_pair(
         source / "draft", source / "target", dtype=dtype, threads=threads
     )
