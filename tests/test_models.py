@@ -511,3 +511,25 @@ def test_hub_check_goes_through_the_proxy(monkeypatch, http_proxy):
     assert seen[-1] == "CONNECT hub.edgespec.invalid:443"
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert not load_module._hub_reachable(timeout=2)
+
+
+def test_load_pair_reads_a_shared_tokenizer_once(tmp_path, tok_a, monkeypatch):
+    import edgespec.models.load as load_module
+
+    for role in ("draft", "target"):
+        build_tiny_model(len(tok_a), seed=0).save_pretrained(tmp_path / role)
+        tok_a.save_pretrained(tmp_path / role)
+    loaded = []
+    real = load_module.load_tokenizer
+    monkeypatch.setattr(
+        load_module, "load_tokenizer", lambda path, *a, **k: loaded.append(path) or real(path)
+    )
+    draft, target, tok = load_pair(tmp_path / "draft", tmp_path / "target", dtype="float32")
+    assert loaded == [tmp_path / "target"]
+    assert tok.get_vocab() == tok_a.get_vocab()
+    # One changed byte in a tokenizer file: both are loaded and compared again.
+    config = tmp_path / "draft" / "tokenizer_config.json"
+    config.write_text(config.read_text() + " ")
+    loaded.clear()
+    load_pair(tmp_path / "draft", tmp_path / "target", dtype="float32")
+    assert sorted(map(str, loaded)) == sorted(map(str, [tmp_path / "draft", tmp_path / "target"]))

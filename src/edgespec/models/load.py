@@ -166,6 +166,31 @@ def check_tokenizers_match(draft_tok, target_tok) -> None:
         )
 
 
+_MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".msgpack", ".h5")
+_MODEL_FILE_NAMES = ("config.json", "generation_config.json", "model.safetensors.index.json")
+
+
+def _tokenizer_files(folder: Path) -> dict[str, bytes] | None:
+    """Every file of a saved model folder that is not a weight or model-config file (what a
+    tokenizer may read), by name; None where ``folder`` is not a local folder."""
+    if not folder.is_dir():
+        return None
+    return {
+        path.name: path.read_bytes()
+        for path in sorted(folder.iterdir())
+        if path.is_file()
+        and path.suffix not in _MODEL_FILE_SUFFIXES
+        and path.name not in _MODEL_FILE_NAMES
+    }
+
+
+def same_tokenizer_files(draft_path: str | Path, target_path: str | Path) -> bool:
+    """Whether two saved model folders hold byte-identical tokenizer files (then one tokenizer
+    serves both, and comparing two loaded copies would only repeat a second of parsing)."""
+    draft_files = _tokenizer_files(Path(draft_path))
+    return bool(draft_files) and draft_files == _tokenizer_files(Path(target_path))
+
+
 def logits_size(model) -> int:
     emb = model.get_output_embeddings()
     if emb is not None and getattr(emb, "weight", None) is not None:
@@ -181,6 +206,9 @@ def load_pair(
 ):
     """Load a cached pair: tokenizers are checked first, then both models (``dtype``, eval).
 
+    Folders with byte-identical tokenizer files (a fetched pair sharing its tokenizer) load one
+    tokenizer; otherwise both are loaded and compared (:func:`check_tokenizers_match`).
+
     Raises :class:`TokenizerMismatchError` / :class:`ModelPairError` when the tokenizers or the
     models' logits sizes differ. Returns ``(draft_model, target_model, target_tokenizer)``.
     """
@@ -189,9 +217,9 @@ def load_pair(
 
     if threads is not None:
         torch.set_num_threads(int(threads))
-    draft_tok = load_tokenizer(draft_path, role="draft")
     target_tok = load_tokenizer(target_path, role="target")
-    check_tokenizers_match(draft_tok, target_tok)
+    if not same_tokenizer_files(draft_path, target_path):
+        check_tokenizers_match(load_tokenizer(draft_path, role="draft"), target_tok)
     torch_dtype = resolve_torch_dtype(dtype)
     models = []
     for role, path in (("draft", draft_path), ("target", target_path)):

@@ -21,8 +21,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold
 from torch import nn
 
 from edgespec.artifacts import default_file_mode
@@ -160,6 +158,10 @@ def split_by_group(
     and a plain group shuffle often leaves one side with a single class. Otherwise, or when no
     fold qualifies, GroupShuffleSplit.
     """
+    # Imported here: decoding jobs import this module for the head alone, and scikit-learn
+    # adds half a second to each of them.
+    from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold
+
     groups = np.asarray(groups)
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
@@ -216,6 +218,8 @@ def train_head(
         raise ValueError(f"batch_size, epochs and patience must be >= 1: {cfg}")
     X_draft = _as_tensor(X_draft).float()
     X_target = _as_tensor(X_target).float()
+    from sklearn.metrics import roc_auc_score  # see split_by_group
+
     y = np.asarray(y_safe).astype(np.float64).reshape(-1)
     groups = np.asarray(groups)
     n = len(y)
