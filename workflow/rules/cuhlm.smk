@@ -134,6 +134,7 @@ rule decode_cuhlm:
         prompts=shard_prompts(EVAL_SHARDS),
         provenance=model_provenance(),
         precision=PRECISION,
+        prefill="results/prefill/{shard}.safetensors",
     output:
         tokens="results/cuhlm/decode/{variant}/{shard}/tokens.parquet",
         completions="results/cuhlm/decode/{variant}/{shard}/completions.jsonl",

@@ -76,3 +76,32 @@ rule check_quantization:
         prompting=PROMPTING,
     script:
         "../scripts/check_quantization.py"
+
+
+rule prefill_prompts:
+    """Both models' prefill of one shard's evaluation prompts, computed once for every decode
+    of them (each CU-HLM variant of the shard, each WISV decode)."""
+    input:
+        prompts=shard_prompts(EVAL_SHARDS),
+        provenance=model_provenance(),
+        precision=PRECISION,
+    output:
+        store="results/prefill/{shard}.safetensors",
+    log:
+        "logs/prefill_prompts/{shard}.log",
+    benchmark:
+        "benchmarks/prefill_prompts/{shard}.tsv"
+    conda:
+        "../envs/edgespec.yaml"
+    threads: MODEL_THREADS
+    resources:
+        mem_mb=grows_with_attempt(16000),
+        runtime=grows_with_attempt(60),
+    params:
+        model_dir=model_dir_of,
+        models=MODEL_LOAD,
+        # prompts prefilled together share their matmul shapes, and so their rounding
+        batch_size=config["decoding"]["batch_size"],
+        prompting=PROMPTING,
+    script:
+        "../scripts/prefill_prompts.py"

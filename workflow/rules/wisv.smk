@@ -148,6 +148,7 @@ rule decode_wisv:
         prompts=eval_prompt_files(),
         provenance=model_provenance(),
         precision=PRECISION,
+        prefill=expand("results/prefill/{shard}.safetensors", shard=EVAL_SHARDS),
         heads=wisv_head_inputs,
     output:
         rounds="results/wisv/decode/{wvariant}/g{gamma}/any.parquet",
@@ -179,6 +180,7 @@ rule decode_wisv_csi:
         prompts=eval_prompt_files(),
         provenance=model_provenance(),
         precision=PRECISION,
+        prefill=expand("results/prefill/{shard}.safetensors", shard=EVAL_SHARDS),
         heads=["results/wisv/head/wisv_head.pt", "results/wisv/head/metrics.json"],
     output:
         rounds="results/wisv/decode/wisv/g{gamma}/{wchannel}/s{fseed}.parquet",

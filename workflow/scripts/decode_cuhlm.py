@@ -14,6 +14,7 @@ from edgespec.artifacts import read_json, write_parquet
 from edgespec.cuhlm.calibration import LinearFit
 from edgespec.cuhlm.decode import decode_variant
 from edgespec.cuhlm.policies import build_policy
+from edgespec.decoding.prefill_store import PrefillStore
 from edgespec.runconfig import (
     chat_prompts,
     decode_progress,
@@ -66,6 +67,7 @@ tokens, completions = decode_variant(
     policy,
     torch_generator(params.seed, "cuhlm", "decode", shard),
     progress=decode_progress(f"decode {variant} {shard}", len(records), cfg.max_new_tokens),
+    prefilled=PrefillStore.load([snakemake.input.prefill]),
 )
 elapsed = time.perf_counter() - start
 logging.info(

@@ -10,6 +10,7 @@ import logging
 import time
 
 from edgespec.artifacts import write_parquet
+from edgespec.decoding.prefill_store import PrefillStore
 from edgespec.runconfig import (
     chat_prompts,
     decode_progress,
@@ -54,6 +55,7 @@ cfg = decoding_config(
     temperature=0.0,
 )
 prompts = chat_prompts(tokenizer, records, params.prompting)
+prefilled = PrefillStore.load(snakemake.input.prefill)  # every shard's evaluation prompts
 start = time.perf_counter()
 rounds, completions = decode_wisv(
     "wisv_fh" if variant == "wisv" else variant,
@@ -68,6 +70,7 @@ rounds, completions = decode_wisv(
     fading_seed=seed,
     csi_encoder=encoder,
     progress=decode_progress(f"decode {variant} g{gamma}", len(records), cfg.max_new_tokens),
+    prefilled=prefilled,
 )
 elapsed = time.perf_counter() - start
 if "greedy_check_tie_margin" in wisv:  # vanilla SD at the smallest gamma
@@ -81,6 +84,7 @@ if "greedy_check_tie_margin" in wisv:  # vanilla SD at the smallest gamma
         torch_generator(params.seed, "check"),
         target=target,
         progress=decode_progress("target-only greedy check", len(prompts), cfg.max_new_tokens),
+        prefilled=prefilled,
     )
     check = check_greedy_equivalence(
         target, prompts, completions, alone, tie_margin=wisv["greedy_check_tie_margin"]

@@ -32,6 +32,7 @@ from edgespec.cuhlm.distortion import committed_law
 from edgespec.cuhlm.policies import VARIANTS
 from edgespec.decoding.compression import reconstruct_topk, total_variation
 from edgespec.decoding.engine import DecodingConfig, TokenPolicy, TokenStep, generate_tokenwise
+from edgespec.decoding.prefill_store import PrefillStore
 from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import residual_distribution
 
@@ -135,12 +136,14 @@ def decode_variant(
     policy: TokenPolicy | None,
     generator: torch.Generator,
     progress: DecodeProgress | None = None,
+    prefilled: PrefillStore | None = None,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
     """Decode ``prompts`` under ``variant``; returns (token table, new tokens per prompt).
 
     ``llm_only`` runs the target alone, ``slm_only`` the draft alone (the other model may be
     None and is never called); every other variant runs both under ``policy`` (from
     :func:`edgespec.cuhlm.policies.build_policy`). See the module docstring for the columns.
+    ``prefilled`` serves the prompts' prefills (``edgespec.decoding.prefill_store``).
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
@@ -175,6 +178,7 @@ def decode_variant(
         policy=policy,
         on_step=on_step,
         progress=progress,
+        prefilled=prefilled,
     )
     table = _concat(chunks)
     # The engine reports every step of a row, including one cut by the token budget or EOS;

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache
@@ -387,6 +388,39 @@ def prefill(
     return combined, (logits, hidden)
 
 
+class Prefills(Protocol):
+    """Prompt prefills computed elsewhere (``edgespec.decoding.prefill_store.PrefillStore``)."""
+
+    def cache(
+        self,
+        role: str,
+        model: torch.nn.Module,
+        prompts: Sequence[Sequence[int]],
+        keep_hidden: bool = False,
+        with_outputs: bool = True,
+    ) -> tuple[RaggedCachedModel, tuple[torch.Tensor, torch.Tensor | None] | None]:
+        """What :func:`prefill` of ``prompts`` in ``model`` (role "draft" or "target") returns;
+        without outputs, the cache of each prompt but its last token."""
+        ...
+
+
+def _admit(
+    prefilled: Prefills | None,
+    role: str,
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    cfg: DecodingConfig,
+    with_outputs: bool,
+) -> tuple[RaggedCachedModel, tuple[torch.Tensor, torch.Tensor | None] | None]:
+    """The newcomers' cache in ``model`` (and their last-token outputs, ``with_outputs``; else
+    the cache of each prompt but its last token): read from ``prefilled`` where given,
+    computed otherwise."""
+    if prefilled is not None:
+        return prefilled.cache(role, model, prompts, cfg.keep_hidden, with_outputs)
+    heads = prompts if with_outputs else [p[:-1] for p in prompts]
+    return prefill(model, heads, cfg.pad_token_id, cfg.keep_hidden, with_outputs=with_outputs)
+
+
 class _Schedule:
     """Which prompts decode now: a length-ordered queue feeding at most ``batch_size`` rows.
 
@@ -548,13 +582,15 @@ def generate_tokenwise(
     policy: TokenPolicy | None = None,
     on_step: Callable[[TokenStep], None] | None = None,
     progress: DecodeProgress | None = None,
+    prefilled: Prefills | None = None,
 ) -> list[list[int]]:
     """Decode ``prompts`` (token-id lists) in per-token rounds; returns the new tokens per prompt.
 
     With both models: hybrid decoding under ``policy`` (default :class:`UploadFull`). With only
     ``draft``: SLM-only (the target is never called). With only ``target``: LLM-only.
     ``progress`` counts the committed tokens and finished prompts, and is closed at the end
-    (which logs the final tokens/s).
+    (which logs the final tokens/s). ``prefilled`` serves the prompts' prefills (a
+    :class:`Prefills`) instead of computing them.
     """
     if draft is None and target is None:
         raise ValueError("need a draft model, a target model, or both")
@@ -576,8 +612,8 @@ def generate_tokenwise(
         new = schedule.admit()
         if new:
             for name, m in models.items():
-                newcomer, first = prefill(
-                    m.model, [prompts[i] for i in new], cfg.pad_token_id, cfg.keep_hidden
+                newcomer, first = _admit(
+                    prefilled, name, m.model, [prompts[i] for i in new], cfg, with_outputs=True
                 )
                 outs[name] = _join_outputs(outs[name], first)
                 m.join(newcomer)
@@ -729,12 +765,14 @@ def generate_rounds(
     acceptance: AcceptanceRule | None = None,
     on_round: Callable[[DraftRound, VerificationResult], None] | None = None,
     progress: DecodeProgress | None = None,
+    prefilled: Prefills | None = None,
 ) -> tuple[list[list[int]], list[RoundStats]]:
     """Decode in rounds of ``gamma`` draft tokens; returns new tokens per prompt and round stats.
 
     The default ``acceptance`` is strict (lossless) verification at ``cfg.temperature``.
     ``progress`` counts the committed tokens and finished prompts, and is closed at the end
-    (which logs the final tokens/s).
+    (which logs the final tokens/s). ``prefilled`` serves the prompts' prefills (a
+    :class:`Prefills`) instead of computing them.
     """
     if gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {gamma}")
@@ -754,10 +792,9 @@ def generate_rounds(
         new = schedule.admit()
         if new:
             # Both models see each prompt but its last token, which every round feeds first.
-            heads = [prompts[i][:-1] for i in new]
-            for m in (dm, tm):
-                newcomer, _ = prefill(
-                    m.model, heads, cfg.pad_token_id, cfg.keep_hidden, with_outputs=False
+            for role, m in (("draft", dm), ("target", tm)):
+                newcomer, _ = _admit(
+                    prefilled, role, m.model, [prompts[i] for i in new], cfg, with_outputs=False
                 )
                 m.join(newcomer)
             draft_pending += [[prompts[i][-1]] for i in new]

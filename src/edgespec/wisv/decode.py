@@ -40,6 +40,7 @@ from edgespec.decoding.engine import (
     generate_rounds,
     strict_acceptance,
 )
+from edgespec.decoding.prefill_store import PrefillStore
 from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import VerificationResult
 from edgespec.wireless.channel import (
@@ -105,6 +106,7 @@ def decode_wisv(
     csi_encoder: CsiEncoder | None = None,
     generator: torch.Generator | None = None,
     progress: DecodeProgress | None = None,
+    prefilled: PrefillStore | None = None,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
     """Decode ``prompts`` in gamma-token rounds, channel-free or under one channel.
 
@@ -123,7 +125,8 @@ def decode_wisv(
     prompt_tokens the prompt's length, num_accepted the rule's accepted prefix length (before
     budget/EOS cuts), num_committed the tokens kept (bonus or repair included), num_mismatches
     the drafts != target argmax among all gamma, num_semantic_accepts the mismatches among the
-    committed draft tokens, gain |h|^2 and rate_bps the round's uplink rate.
+    committed draft tokens, gain |h|^2 and rate_bps the round's uplink rate. ``prefilled``
+    serves the prompts' prefills (``edgespec.decoding.prefill_store``).
     """
     check_variant(variant)
     if cfg.temperature != 0:
@@ -185,6 +188,7 @@ def decode_wisv(
         acceptance=rule,
         on_round=on_round,
         progress=progress,
+        prefilled=prefilled,
     )
     name = CHANNEL_FREE if condition is None else condition.name
     lengths = [len(p) for p in prompts]
