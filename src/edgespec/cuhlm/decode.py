@@ -31,8 +31,13 @@ import torch
 from edgespec.cuhlm.distortion import committed_law
 from edgespec.cuhlm.policies import VARIANTS
 from edgespec.decoding.compression import reconstruct_topk, total_variation
-from edgespec.decoding.engine import DecodingConfig, TokenPolicy, TokenStep, generate_tokenwise
-from edgespec.decoding.prefill_store import PrefillStore
+from edgespec.decoding.engine import (
+    DecodingConfig,
+    Prefills,
+    TokenPolicy,
+    TokenStep,
+    generate_tokenwise,
+)
 from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import residual_distribution
 
@@ -136,7 +141,7 @@ def decode_variant(
     policy: TokenPolicy | None,
     generator: torch.Generator,
     progress: DecodeProgress | None = None,
-    prefilled: PrefillStore | None = None,
+    prefilled: Prefills | None = None,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
     """Decode ``prompts`` under ``variant``; returns (token table, new tokens per prompt).
 

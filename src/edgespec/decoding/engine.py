@@ -22,7 +22,8 @@ Scheduling (continuous batching): prompts are admitted in order of length, at mo
 refilled from the queue (the newcomers are prefilled on their own and their cache rows joined
 to the running batch) instead of letting the last rounds of a batch run nearly empty. A prefill
 (:func:`prefill`) computes the beginning that its prompts share once and feeds the rest in
-chunks of similar length. The
+chunks of similar length; a run may instead read its prefills from a store computed once for
+every run on the same prompts (``prefilled=``, :class:`Prefills`). The
 decoded tokens do not depend on the schedule for greedy decoding; sampled decoding draws from
 one generator in schedule order, so it is reproducible for a given configuration.
 """

@@ -53,8 +53,8 @@ def _model_dtype(model: torch.nn.Module) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
-def _row_blocks(ragged: RaggedCachedModel, rows: int) -> list[torch.Tensor]:
-    """Each row's valid slots as one [L, layers, 2, heads, dim] block."""
+def _row_blocks(ragged: RaggedCachedModel) -> list[torch.Tensor]:
+    """Each row's valid slots as one [L, layers, 2, heads, dim] block, on the CPU."""
     layers = _cache_layers(ragged.cache)
     shapes = {(layer.keys.shape[1], layer.keys.shape[3]) for layer in layers}
     if len(shapes) != 1:
@@ -63,10 +63,10 @@ def _row_blocks(ragged: RaggedCachedModel, rows: int) -> list[torch.Tensor]:
         [torch.stack([layer.keys, layer.values]) for layer in layers]
     )  # [layers, 2, B, heads, S, dim]
     blocks = []
-    for b in range(rows):
+    for b in range(ragged.num_rows):
         valid = ragged.slot_valid[b].nonzero().squeeze(1)
         block = stacked[:, :, b].index_select(3, valid)  # [layers, 2, heads, L, dim]
-        blocks.append(block.permute(3, 0, 1, 2, 4).contiguous())
+        blocks.append(block.permute(3, 0, 1, 2, 4).contiguous().cpu())
     return blocks
 
 
@@ -125,7 +125,7 @@ class PrefillStore:
                 ragged, (out_logits, out_hidden) = prefill(
                     model, chunk, pad_token_id, keep_hidden=True
                 )
-                kv += _row_blocks(ragged, len(chunk))
+                kv += _row_blocks(ragged)
                 logits.append(out_logits[:, -1])
                 hidden.append(out_hidden[:, -1])
                 if progress is not None:

@@ -36,11 +36,11 @@ from edgespec.decoding.engine import (
     AcceptanceRule,
     DecodingConfig,
     DraftRound,
+    Prefills,
     RoundStats,
     generate_rounds,
     strict_acceptance,
 )
-from edgespec.decoding.prefill_store import PrefillStore
 from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import VerificationResult
 from edgespec.wireless.channel import (
@@ -106,7 +106,7 @@ def decode_wisv(
     csi_encoder: CsiEncoder | None = None,
     generator: torch.Generator | None = None,
     progress: DecodeProgress | None = None,
-    prefilled: PrefillStore | None = None,
+    prefilled: Prefills | None = None,
 ) -> tuple[pd.DataFrame, list[list[int]]]:
     """Decode ``prompts`` in gamma-token rounds, channel-free or under one channel.
 
