@@ -3,6 +3,8 @@ import re
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from edgespec.config import (
@@ -52,6 +54,19 @@ def dataset_shards(split):
 EVAL_SHARDS = dataset_shards("eval")  # decode_cuhlm
 CALIB_SHARDS = dataset_shards("calib")  # mine_labels
 MODEL_THREADS = MODELS["threads"]
+
+
+def timing_threads(wildcards):
+    """Threads of a rule whose results are timings (the dtype probe, the latency and batching
+    profiles, the head's time per round): every local core, so that no other job runs beside
+    it and slows what it measures; the job times the models on all of them. In a cluster run
+    (no local core count) the profile's set-threads decides, as for every model rule."""
+    try:
+        return max(workflow.cores, MODEL_THREADS)
+    except WorkflowError:
+        return MODEL_THREADS
+
+
 # What model stages need to load the cached pair besides the dtype, which they read from the
 # run's precision record (rule select_dtype); other model keys (threads, preset) do not change
 # their results and so are not params (a change to them reruns nothing).

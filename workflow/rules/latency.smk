@@ -13,7 +13,7 @@ rule profile_latency:
         "benchmarks/profile_latency.tsv"
     conda:
         "../envs/edgespec.yaml"
-    threads: MODEL_THREADS
+    threads: timing_threads
     resources:
         mem_mb=grows_with_attempt(16000),
         runtime=grows_with_attempt(30),

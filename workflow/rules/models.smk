@@ -38,7 +38,7 @@ rule select_dtype:
         "logs/select_dtype.log",
     conda:
         "../envs/edgespec.yaml"
-    threads: MODEL_THREADS
+    threads: timing_threads
     resources:
         mem_mb=grows_with_attempt(2000),
         runtime=grows_with_attempt(10),

@@ -22,7 +22,7 @@ rule profile_batching:
         "benchmarks/profile_batching.tsv"
     conda:
         "../envs/edgespec.yaml"
-    threads: MODEL_THREADS
+    threads: timing_threads
     resources:
         mem_mb=lambda wildcards, attempt: 16000 * attempt,
         runtime=lambda wildcards, attempt: 30 * attempt,

@@ -129,7 +129,7 @@ rule train_head:
         "benchmarks/train_head.tsv"
     conda:
         "../envs/edgespec.yaml"
-    threads: MODEL_THREADS
+    threads: timing_threads
     resources:
         mem_mb=grows_with_attempt(4000),
         runtime=grows_with_attempt(30),
