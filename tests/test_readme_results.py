@@ -62,10 +62,21 @@ def test_render_reads_every_figure_from_the_snapshot(tmp_path):
     assert "**float32** (timed probe: float32 faster)" in text
     assert "25.0 min" in text and "| decode_wisv | 8 | 400.5 | 5336 |" in text
     assert "scheduling) | | 1099.5 | |" in text  # the wall time the benchmark files miss
+    assert "side by side" not in text
     assert "270 ms (gamma = 4), 274 ms (gamma = 8)" in text  # gammas in numeric order
     assert "| throughput vs HLM | 206x | 3.85x | 3.5x to 7x | cuhlm_online, 10 dB |" in text
     assert "| accepted length | +60.8% | 46.1% |  | wisv, poor, g8 |" in text
     assert "| throughput vs HLM | 1014x | 2535x | 1385x to 5833x | offline, -20 dB |" in text
+
+
+def test_render_says_when_jobs_ran_side_by_side(tmp_path):
+    snap = tmp_path / "snap"
+    _write_snapshot(snap)
+    run = json.loads((snap / "run.json").read_text())
+    (snap / "run.json").write_text(json.dumps({**run, "wall_s": 300.0}))
+    text = readme_results.render(snap)
+    assert "scheduling)" not in text
+    assert "ran side by side" in text and "(400 s of jobs in 300 s)" in text
 
 
 def test_render_adds_the_optional_parts_the_snapshot_has(tmp_path):

@@ -178,12 +178,18 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
         parts.append(f"| {row['rule']} | {row['jobs']} | {row['seconds']} | {row['peak_rss_mb']} |")
         timed += float(row["seconds"])
     if run["wall_s"] > timed:
-        # The small torch-free jobs have no benchmark: file; with --cores 2 the model jobs run
-        # one at a time, so the rest of the wall time is theirs (and Snakemake's own).
+        # The small torch-free jobs have no benchmark: file; where the model jobs ran one at a
+        # time, the rest of the wall time is theirs (and Snakemake's own).
         parts.append(
             f"| everything else (small jobs without a `benchmark:` file, scheduling) | | "
             f"{run['wall_s'] - timed:.1f} | |"
         )
+    else:
+        parts += [
+            "",
+            f"The jobs ran side by side, so their seconds add up to more than the wall time "
+            f"({timed:.0f} s of jobs in {run['wall_s']:.0f} s).",
+        ]
     verify = ", ".join(
         f"{float(v) * 1e3:.0f} ms (gamma = {g})"
         for g, v in sorted(profile["target_verify_s"].items(), key=lambda kv: int(kv[0]))
