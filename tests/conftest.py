@@ -5,7 +5,22 @@ from __future__ import annotations
 import pytest
 import torch
 
+from edgespec.decoding.engine import RaggedCachedModel
 from edgespec.models.tiny import build_tiny_model
+
+
+@pytest.fixture
+def fed_tokens(monkeypatch):
+    """The valid tokens of every forward a ``RaggedCachedModel`` runs from now on, in order."""
+    fed = []
+    real_feed = RaggedCachedModel.feed
+
+    def counting_feed(self, tokens, valid, logits_to_keep):
+        fed.append(int(valid.sum()))
+        return real_feed(self, tokens, valid, logits_to_keep)
+
+    monkeypatch.setattr(RaggedCachedModel, "feed", counting_feed)
+    return fed
 
 
 @pytest.fixture(scope="session")

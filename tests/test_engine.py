@@ -294,7 +294,7 @@ def test_shared_prefix_groups_by_hand():
     assert _shared_prefix_groups([p[:5] + [1], p[:5] + [2]], keep_last=1) == [(0, [0, 1])]
 
 
-def test_prefill_equals_unpadded_forwards_and_feeds_the_prefix_once(tiny_target, monkeypatch):
+def test_prefill_equals_unpadded_forwards_and_feeds_the_prefix_once(tiny_target, fed_tokens):
     prompts = [
         SYSTEM_TURN + [3, 17],
         [40, 2, 11],
@@ -302,17 +302,9 @@ def test_prefill_equals_unpadded_forwards_and_feeds_the_prefix_once(tiny_target,
         SYSTEM_TURN + [3, 17],
         SYSTEM_TURN + [8],
     ]
-    fed = []
-    real_feed = RaggedCachedModel.feed
-
-    def counting_feed(self, tokens, valid, logits_to_keep):
-        fed.append(int(valid.sum()))
-        return real_feed(self, tokens, valid, logits_to_keep)
-
-    monkeypatch.setattr(RaggedCachedModel, "feed", counting_feed)
     cache, (logits, _) = prefill(tiny_target, prompts, pad_token_id=0)
     # the system turn once, then each prompt's own tokens: 10 + (2 + 10 + 2 + 1) + 3
-    assert sum(fed) == 28 < sum(len(p) for p in prompts)
+    assert sum(fed_tokens) == 28 < sum(len(p) for p in prompts)
     assert cache.num_rows == len(prompts)
     assert torch.allclose(logits[:, -1], _next_logits(tiny_target, prompts), atol=1e-5)
     # the rows continue as their unpadded prompts would

@@ -8,7 +8,6 @@ from conftest import build_tiny_model
 
 from edgespec.decoding.engine import (
     DecodingConfig,
-    RaggedCachedModel,
     generate_rounds,
     generate_tokenwise,
     prefill,
@@ -69,27 +68,15 @@ def test_store_without_outputs_holds_all_but_the_last_token(store_path, tiny_dra
     assert single.cache is None and single.next_position.tolist() == [0]
 
 
-def _count_fed_tokens(monkeypatch):
-    fed = []
-    real_feed = RaggedCachedModel.feed
-
-    def counting_feed(self, tokens, valid, logits_to_keep):
-        fed.append(int(valid.sum()))
-        return real_feed(self, tokens, valid, logits_to_keep)
-
-    monkeypatch.setattr(RaggedCachedModel, "feed", counting_feed)
-    return fed
-
-
 @pytest.mark.parametrize("gamma", [1, 4])
 def test_greedy_rounds_from_the_store_decode_the_same_tokens(
-    store_path, tiny_target, tiny_draft_close, gamma, monkeypatch
+    store_path, tiny_target, tiny_draft_close, gamma, request
 ):
     cfg = DecodingConfig(max_new_tokens=12, temperature=0.0, batch_size=4)
     want, want_stats = generate_rounds(
         PROMPTS, cfg, torch.Generator(), tiny_draft_close, tiny_target, gamma
     )
-    fed = _count_fed_tokens(monkeypatch)
+    fed = request.getfixturevalue("fed_tokens")  # counts from here on
     store = PrefillStore.load([store_path])
     got, stats = generate_rounds(
         PROMPTS, cfg, torch.Generator(), tiny_draft_close, tiny_target, gamma, prefilled=store
@@ -100,7 +87,7 @@ def test_greedy_rounds_from_the_store_decode_the_same_tokens(
 
 
 def test_sampled_tokenwise_from_the_store_draws_the_same_tokens(
-    store_path, tiny_target, tiny_draft_close, monkeypatch
+    store_path, tiny_target, tiny_draft_close, request
 ):
     cfg = DecodingConfig(max_new_tokens=10, temperature=1.0, batch_size=4, keep_hidden=True)
     prompts = PROMPTS * 3  # refills: newcomers are read from the store mid-decoding
@@ -117,7 +104,7 @@ def test_sampled_tokenwise_from_the_store_draws_the_same_tokens(
         target=tiny_target,
         on_step=recorder("plain"),
     )
-    fed = _count_fed_tokens(monkeypatch)
+    fed = request.getfixturevalue("fed_tokens")  # counts from here on
     got = generate_tokenwise(
         prompts,
         cfg,

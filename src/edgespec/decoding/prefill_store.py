@@ -178,13 +178,16 @@ class PrefillStore:
                 offset += length
         return store
 
+    def _entry(self, role: str, prompt: Sequence[int]) -> _Entry | None:
+        """Where ``prompt``'s ``role`` prefill lies; None where this store has none."""
+        entry = self._index.get(tuple(int(t) for t in prompt))
+        if entry is None or role not in self._files[entry.source]["roles"]:
+            return None
+        return entry
+
     def covers(self, role: str, prompts: Sequence[Sequence[int]]) -> bool:
         """Whether every prompt has a prefill of ``role`` here."""
-        for prompt in prompts:
-            entry = self._index.get(tuple(int(t) for t in prompt))
-            if entry is None or role not in self._files[entry.source]["roles"]:
-                return False
-        return True
+        return all(self._entry(role, prompt) is not None for prompt in prompts)
 
     def check_model(self, role: str, model: torch.nn.Module) -> None:
         """Raise :class:`PrefillStoreError` unless ``model`` decodes in the dtype and with the
@@ -219,8 +222,8 @@ class PrefillStore:
         self.check_model(role, model)
         entries = []
         for i, prompt in enumerate(prompts):
-            entry = self._index.get(tuple(int(t) for t in prompt))
-            if entry is None or role not in self._files[entry.source]["roles"]:
+            entry = self._entry(role, prompt)
+            if entry is None:
                 raise PrefillStoreError(
                     f"prompt {i} ({len(prompt)} tokens) has no {role} prefill in "
                     f"{', '.join(self._paths)}: the store was computed for other prompts"
