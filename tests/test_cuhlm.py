@@ -209,6 +209,22 @@ def test_apply_channel_hand_computed_awgn():
     np.testing.assert_allclose(no_unc, np.array(expected) - 0.002 - [6 / rate, 0, 0], rtol=1e-12)
     assert not uses_uncertainty("hlm") and uses_uncertainty("cuhlm_online")
 
+    # Two prompts, rows interleaved: an upload carries only its own prompt's skipped ids
+    # (q's trailing skip is never sent; p's upload carries p's one skip, not q's).
+    two = _table(
+        [
+            {"prompt_id": "q", "position": 0, "uploaded": True, "k": 5},
+            {"prompt_id": "p", "position": 0, "skipped": True},
+            {"prompt_id": "q", "position": 1, "skipped": True},
+            {"prompt_id": "p", "position": 1, "uploaded": True, "k": 5},
+        ]
+    )
+    got = apply_channel(
+        two, "cuhlm_online", cond, PROFILE, VOCAB, 8, np.ones(4), True, resync_bits_per_skipped=6
+    )
+    upload = device + 5 * per_entry / rate + edge
+    np.testing.assert_allclose(got, [upload, device, device, upload + 6 / rate], rtol=1e-12)
+
 
 def test_apply_channel_single_model_modes():
     table = _table([{"prompt_id": "a", "position": i} for i in range(3)])

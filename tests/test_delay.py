@@ -68,6 +68,64 @@ def test_resync_and_downlink():
         tokenwise_delays(uploaded, bits, rates, PROFILE, 0.0, False, downlink_bits=15)
 
 
+def test_sequences_end_to_end_price_as_separate_calls():
+    # Three sequences laid end to end: the skipped ids before an upload count only within its
+    # own sequence, so token 5 carries one (token 4), not three, and token 8's carry starts
+    # afresh after the sequence boundary at 6.
+    uploaded = np.array([False, True, False, False, False, True, True, False, True, False])
+    bits = np.arange(10, dtype=float) * 100.0
+    rates = np.linspace(1e3, 2e3, 10)
+    downlink = np.linspace(1e4, 3e4, 10)
+    starts = [0, 4, 6]
+    kw = dict(resync_bits_per_skipped=15.0, downlink_bits=15.0, device_s=0.003)
+    joined = tokenwise_delays(
+        uploaded,
+        bits,
+        rates,
+        PROFILE,
+        0.02,
+        True,
+        downlink_rate_bps=downlink,
+        segment_starts=starts,
+        **kw,
+    )
+    bounds = [*starts, len(uploaded)]
+    separate = np.concatenate(
+        [
+            tokenwise_delays(
+                uploaded[a:b],
+                bits[a:b],
+                rates[a:b],
+                PROFILE,
+                0.02,
+                True,
+                downlink_rate_bps=downlink[a:b],
+                **kw,
+            )
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+    )
+    np.testing.assert_allclose(joined, separate, rtol=0, atol=1e-15)
+    carried = joined - tokenwise_delays(
+        uploaded,
+        bits,
+        rates,
+        PROFILE,
+        0.02,
+        True,
+        downlink_rate_bps=downlink,
+        segment_starts=starts,
+        device_s=0.003,
+        downlink_bits=15.0,
+    )
+    np.testing.assert_allclose(
+        carried[[1, 5, 6, 8]], 15.0 * np.array([1, 1, 0, 1]) / rates[[1, 5, 6, 8]]
+    )
+    for bad in ([1, 4], [0, 4, 4], [0, 10], []):
+        with pytest.raises(ValueError, match="segment_starts"):
+            tokenwise_delays(uploaded, bits, rates, PROFILE, 0.0, False, segment_starts=bad)
+
+
 def test_modes():
     n = 4
     none = np.zeros(n, dtype=bool)

@@ -14,6 +14,7 @@ neither torch nor transformers, so the evaluation jobs start fast.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,7 @@ def apply_channel(
     resync_bits_per_skipped: float = 0.0,
     downlink_bits: float = 0.0,
     downlink_rate_bps=None,
+    prompt_groups: list[np.ndarray] | None = None,
 ) -> np.ndarray:
     """Per-token delays tau(t) [s] of ``tokens`` under one channel, in the order of ``tokens``.
 
@@ -148,7 +150,8 @@ def apply_channel(
     uplink); ``slm_only`` and every skipped token pay tau_SLM (+ tau_unc when
     ``uses_uncertainty``, see :func:`uses_uncertainty`). Skipped token ids ride on the next
     upload (``resync_bits_per_skipped`` each); the downlink is free unless a
-    ``downlink_rate_bps`` is given (the papers' convention).
+    ``downlink_rate_bps`` is given (the papers' convention). ``prompt_groups``: the rows of
+    each prompt in position order, when the caller has them already (many channels, one table).
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
@@ -169,25 +172,31 @@ def apply_channel(
         if llm_only
         else device_seconds(tokens, variant, profile, vocab_size, sampling_k)
     )
+    # Every prompt's rows, in position order, laid end to end: one call prices them all.
+    groups = _prompt_groups(tokens) if prompt_groups is None else prompt_groups
     delays = np.zeros(len(tokens))
-    for rows in _prompt_groups(tokens):
-        dl_rate = downlink_rate_bps
-        if dl_rate is not None and np.ndim(dl_rate) == 1:
-            dl_rate = np.asarray(dl_rate, dtype=float)[rows]
-        delays[rows] = tokenwise_delays(
-            uploaded[rows],
-            bits[rows],
-            rates[rows],
-            profile,
-            condition.rtt_s,
-            uses_uncertainty,
-            uses_draft=not llm_only,
-            uses_target_always=llm_only,
-            downlink_bits=downlink_bits,
-            resync_bits_per_skipped=0.0 if llm_only else resync_bits_per_skipped,
-            downlink_rate_bps=dl_rate,
-            device_s=device[rows],
-        )
+    if not groups:
+        return delays
+    order = np.concatenate(groups)
+    starts = np.cumsum([0] + [len(rows) for rows in groups[:-1]])
+    dl_rate = downlink_rate_bps
+    if dl_rate is not None and np.ndim(dl_rate) == 1:
+        dl_rate = np.asarray(dl_rate, dtype=float)[order]
+    delays[order] = tokenwise_delays(
+        uploaded[order],
+        bits[order],
+        rates[order],
+        profile,
+        condition.rtt_s,
+        uses_uncertainty,
+        uses_draft=not llm_only,
+        uses_target_always=llm_only,
+        downlink_bits=downlink_bits,
+        resync_bits_per_skipped=0.0 if llm_only else resync_bits_per_skipped,
+        downlink_rate_bps=dl_rate,
+        device_s=device[order],
+        segment_starts=starts,
+    )
     return delays
 
 
@@ -215,6 +224,8 @@ def price_variant(
     if not conditions or not profiles:
         raise ValueError("need at least one channel condition and one latency profile")
     unc = uses_uncertainty(variant)
+    groups = _prompt_groups(tokens)
+    table = _TableMetrics.of(tokens, vocab_size, prob_bits)
     rows: list[dict[str, Any]] = []
     for index in range(int(fading_seeds)):
         cached: dict[tuple, np.ndarray] = {}  # one draw per fading model and seed
@@ -235,6 +246,7 @@ def price_variant(
                     gains,
                     unc,
                     sampling_k=sampling_k,
+                    prompt_groups=groups,
                 )
                 rows.append(
                     {
@@ -244,7 +256,7 @@ def price_variant(
                         "snr_db": condition.mean_snr_db(),
                         "profile": profile_name,
                         "seed": index,
-                        **variant_metrics(tokens, delays, vocab_size, prob_bits),
+                        **table.with_delays(delays),
                     }
                 )
     return pd.DataFrame(rows)
@@ -288,43 +300,73 @@ def variant_metrics(
     (TVD(y_hat, y), the output distortion) and ``acceptance_rate`` over uploads;
     ``uploads``, ``num_prompts`` and ``interaction_rounds_per_answer`` (uploads per prompt).
     """
-    delays = np.asarray(delays, dtype=float)
-    n = len(tokens)
-    if delays.shape != (n,):
-        raise ValueError(f"delays must have shape [{n}], got {delays.shape}")
-    uploaded = tokens["uploaded"].to_numpy().astype(bool)
-    skipped = tokens["skipped"].to_numpy().astype(bool)
-    k = tokens["k"].to_numpy().astype(np.int64)
-    num_prompts = int(tokens["prompt_id"].nunique())
-    total = float(delays.sum())
-    per_prompt = pd.Series(delays).groupby(tokens["prompt_id"].to_numpy(), sort=False).sum()
-    bits = float(np.sum(upload_bits(k[uploaded], vocab_size, prob_bits)))
-    if resync_bits_per_skipped:
-        bits += float(resync_bits_per_skipped) * _resync_count(tokens)
-    accept_prob = tokens["accept_prob"].to_numpy(dtype=float)[skipped]
-    mean_k = _mean(k[uploaded].astype(float))
-    return {
-        "tokens": n,
-        "num_prompts": num_prompts,
-        "uploads": int(uploaded.sum()),
-        "total_delay_s": total,
-        "throughput_tps": n / total if total > 0 else float("nan"),
-        "mean_token_latency_s": _mean(delays),
-        "end_to_end_latency_s": float(per_prompt.mean()) if num_prompts else float("nan"),
-        "uplink_bits_per_token": bits / n if n else float("nan"),
-        "uplink_bytes_per_token": bits / 8 / n if n else float("nan"),
-        "skip_rate": _mean(skipped.astype(float)),
-        "transmission_rate": _mean(uploaded.astype(float)),
-        "true_skip_rate": _mean(accept_prob) if accept_prob.size else float("nan"),
-        "vocab_compression": 1.0 - mean_k / vocab_size,
-        "mean_k": mean_k,
-        "measured_tvd_mean": _mean(tokens["measured_tvd"].to_numpy(dtype=float)[uploaded]),
-        "output_tvd_mean": _mean(tokens["output_tvd"].to_numpy(dtype=float)[uploaded]),
-        "acceptance_rate": _mean(tokens["accepted"].to_numpy().astype(float)[uploaded]),
-        "interaction_rounds_per_answer": (
-            float(uploaded.sum()) / num_prompts if num_prompts else float("nan")
-        ),
-    }
+    return _TableMetrics.of(tokens, vocab_size, prob_bits, resync_bits_per_skipped).with_delays(
+        delays
+    )
+
+
+@dataclass(frozen=True)
+class _TableMetrics:
+    """What :func:`variant_metrics` reads of a token table, computed once for many delays (a
+    variant priced under every channel, profile and seed): the metrics that do not depend on
+    the delays, and which prompt each row belongs to."""
+
+    counts: dict[str, int]
+    rates: dict[str, float]
+    prompt_codes: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        tokens: pd.DataFrame,
+        vocab_size: int,
+        prob_bits: int,
+        resync_bits_per_skipped: float = 0.0,
+    ) -> _TableMetrics:
+        n = len(tokens)
+        uploaded = tokens["uploaded"].to_numpy().astype(bool)
+        skipped = tokens["skipped"].to_numpy().astype(bool)
+        k = tokens["k"].to_numpy().astype(np.int64)
+        codes, uniques = pd.factorize(tokens["prompt_id"], sort=False)
+        num_prompts = len(uniques)
+        bits = float(np.sum(upload_bits(k[uploaded], vocab_size, prob_bits)))
+        if resync_bits_per_skipped:
+            bits += float(resync_bits_per_skipped) * _resync_count(tokens)
+        accept_prob = tokens["accept_prob"].to_numpy(dtype=float)[skipped]
+        mean_k = _mean(k[uploaded].astype(float))
+        counts = {"tokens": n, "num_prompts": num_prompts, "uploads": int(uploaded.sum())}
+        rates = {
+            "uplink_bits_per_token": bits / n if n else float("nan"),
+            "uplink_bytes_per_token": bits / 8 / n if n else float("nan"),
+            "skip_rate": _mean(skipped.astype(float)),
+            "transmission_rate": _mean(uploaded.astype(float)),
+            "true_skip_rate": _mean(accept_prob) if accept_prob.size else float("nan"),
+            "vocab_compression": 1.0 - mean_k / vocab_size,
+            "mean_k": mean_k,
+            "measured_tvd_mean": _mean(tokens["measured_tvd"].to_numpy(dtype=float)[uploaded]),
+            "output_tvd_mean": _mean(tokens["output_tvd"].to_numpy(dtype=float)[uploaded]),
+            "acceptance_rate": _mean(tokens["accepted"].to_numpy().astype(float)[uploaded]),
+            "interaction_rounds_per_answer": (
+                float(uploaded.sum()) / num_prompts if num_prompts else float("nan")
+            ),
+        }
+        return cls(counts, rates, codes)
+
+    def with_delays(self, delays) -> dict[str, float]:
+        """Every metric, in :func:`variant_metrics`' order, for these per-row delays [s]."""
+        delays = np.asarray(delays, dtype=float)
+        n, num_prompts = self.counts["tokens"], self.counts["num_prompts"]
+        if delays.shape != (n,):
+            raise ValueError(f"delays must have shape [{n}], got {delays.shape}")
+        total = float(delays.sum())
+        per_prompt = np.bincount(self.prompt_codes, weights=delays, minlength=num_prompts)
+        timed = {
+            "total_delay_s": total,
+            "throughput_tps": n / total if total > 0 else float("nan"),
+            "mean_token_latency_s": _mean(delays),
+            "end_to_end_latency_s": float(per_prompt.mean()) if num_prompts else float("nan"),
+        }
+        return {**self.counts, **timed, **self.rates}
 
 
 def _ratio(a, b) -> float:

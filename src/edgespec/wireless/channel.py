@@ -43,7 +43,6 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
-from scipy import integrate, special
 
 FADING_MODELS = ("rayleigh", "rician", "awgn")
 
@@ -347,6 +346,9 @@ def ergodic_rate_bps(condition: ChannelCondition) -> float:
     if condition.fading == "awgn":
         return achievable_mean_rate(condition)
     k = condition.k_factor if condition.fading == "rician" else 0.0
+    # Imported here: scipy takes a good part of a second to import, and the evaluation jobs
+    # that import this module seldom integrate.
+    from scipy import integrate, special
 
     def integrand(x: float) -> float:
         arg = 2.0 * math.sqrt(k * (k + 1.0) * x)
@@ -428,6 +430,7 @@ def expected_rate_given_gain(condition: ChannelCondition, gain, lag: int = 1):
         out = np.full(g.shape, ergodic_rate_bps(condition))
         return float(out) if out.ndim == 0 else out
     scattered = 1.0 - memory
+    from scipy import integrate, special  # see ergodic_rate_bps
 
     def one(g0: float) -> float:
         los = memory * g0

@@ -240,6 +240,7 @@ def tokenwise_delays(
     resync_bits_per_skipped: float = 0.0,
     downlink_rate_bps=None,
     device_s=0.0,
+    segment_starts=None,
 ) -> np.ndarray:
     """Per-token delays tau(t) [s], shape [T].
 
@@ -247,6 +248,9 @@ def tokenwise_delays(
     ``rates_bps`` [T] uplink rate R(t) [bit/s], > 0 where uploaded; ``rtt_s`` [s], scalar or
     [T]; ``downlink_rate_bps`` [bit/s], scalar or [T]; ``device_s`` [s], scalar or [T], the
     device's other vocabulary work per token (k selection, top-k extraction), hybrid mode only.
+    The tokens are one sequence, or with ``segment_starts`` (increasing indices, the first 0)
+    several sequences laid end to end: each starts at one of them, and nothing carries over
+    from one sequence to the next (the same as calling this once per sequence).
 
     Modes:
 
@@ -313,8 +317,26 @@ def tokenwise_delays(
     if uses_uncertainty:
         tau += profile.uncertainty_s
     index = np.flatnonzero(up)
-    skipped_before = np.cumsum(~up)[index]
-    pending = np.diff(skipped_before, prepend=0)  # skipped tokens since the previous upload
+    skipped_through = np.cumsum(~up)  # skipped tokens at or before each token
+    # The last token before each upload whose skipped ids that upload does not carry: the
+    # previous upload of the same sequence, or the token just before the sequence starts.
+    before = np.concatenate([[-1], index[:-1]])[: index.size]
+    if segment_starts is not None:
+        starts = np.asarray(segment_starts, dtype=np.int64).reshape(-1)
+        if (
+            starts.size == 0
+            or starts[0] != 0
+            or np.any(np.diff(starts) <= 0)
+            or (starts[-1] >= max(length, 1))
+        ):
+            raise ValueError(
+                f"segment_starts must increase from 0 and stay below {length}, got {starts}"
+            )
+        start_of = starts[np.searchsorted(starts, index, side="right") - 1]
+        before = np.maximum(before, start_of - 1)
+    pending = skipped_through[index] - np.where(
+        before >= 0, skipped_through[np.maximum(before, 0)], 0
+    )
     payload = bits[index] + resync * pending
     tau[index] += payload / rates[index] + profile.target_token_s + rtt[index] + downlink_s[index]
     return tau
