@@ -485,7 +485,7 @@ RERUNS = {
             # not mine_labels or relabel_csi
             "decode_wisv": 2,
             "decode_wisv_csi": 2,
-            "score_wisv": 4,
+            "score_wisv": 1,  # one job scores every decode
             "evaluate_wisv": 4 * 2,  # the four head variants on both channels
             "report_wisv": 1,
             # wisv_sh in the many-device simulation is charged its head's measured time

@@ -123,7 +123,6 @@ wildcard_constraints:
     wchannel="[a-z][a-z0-9]*",
     gamma="[0-9]+",
     fseed="[0-9]+",
-    wdecode="[a-z_]+/g[0-9]+/(any|[a-z][a-z0-9]*/s[0-9]+)",
 
 
 def pick(section, *keys):
@@ -337,20 +336,29 @@ def wisv_head_metrics(wildcards):
     return ["results/wisv/head/metrics.json"]
 
 
-def wisv_vanilla_completions(wildcards):
-    gamma = wildcards.wdecode.split("/")[1]
-    return f"results/wisv/decode/vanilla_sd/{gamma}/any.jsonl"
+def wisv_scored_decodes():
+    """Every WISV decode the report reads (stems under results/wisv/decode/), each once."""
+    return sorted(
+        {
+            stem
+            for variant in WISV_VARIANTS
+            for gamma in config["wisv"]["gammas"]
+            for channel in sorted(WISV_CHANNELS)
+            for stem in wisv_decodes(variant, gamma, channel)
+        }
+    )
+
+
+def wisv_vanilla_completions():
+    """Vanilla SD's completions at every gamma: each decode is scored against its gamma's."""
+    return [
+        f"results/wisv/decode/vanilla_sd/g{gamma}/any.jsonl"
+        for gamma in config["wisv"]["gammas"]
+    ]
 
 
 def wisv_score_files():
-    stems = {
-        stem
-        for variant in WISV_VARIANTS
-        for gamma in config["wisv"]["gammas"]
-        for channel in sorted(WISV_CHANNELS)
-        for stem in wisv_decodes(variant, gamma, channel)
-    }
-    return [f"results/wisv/scores/{stem}.parquet" for stem in sorted(stems)]
+    return [f"results/wisv/scores/{stem}.parquet" for stem in wisv_scored_decodes()]
 
 
 def wisv_decode_settings(wildcards):

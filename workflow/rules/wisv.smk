@@ -208,22 +208,25 @@ rule decode_wisv_csi:
 
 
 rule score_wisv:
-    """Text scores of one decode (exact match, answer fidelity, semantic accuracy), so that the
-    evaluation jobs stay torch-free."""
+    """Text scores of every decode (exact match, answer fidelity, semantic accuracy), so that the
+    evaluation jobs stay torch-free; one job loads the sentence encoder once for all of them."""
     input:
-        completions="results/wisv/decode/{wdecode}.jsonl",
-        vanilla=wisv_vanilla_completions,
+        completions=[f"results/wisv/decode/{stem}.jsonl" for stem in wisv_scored_decodes()],
+        vanilla=wisv_vanilla_completions(),
         prompts=eval_prompt_files(),
     output:
-        scores="results/wisv/scores/{wdecode}.parquet",
+        scores=wisv_score_files(),
     log:
-        "logs/score_wisv/{wdecode}.log",
+        "logs/score_wisv.log",
     conda:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=grows_with_attempt(4000),
         runtime=grows_with_attempt(20),
+    params:
+        decodes=wisv_scored_decodes(),
+        gammas=config["wisv"]["gammas"],
     script:
         "../scripts/score_wisv.py"
 

@@ -1,5 +1,6 @@
-"""Rule score_wisv (WISV wing, edgespec.wisv.scores): per-prompt text scores of one decoded WISV
-run against the dataset and vanilla SD (MiniLM embeddings: the only torch in WISV evaluation)."""
+"""Rule score_wisv (WISV wing, edgespec.wisv.scores): per-prompt text scores of every decoded
+WISV run against the dataset and vanilla SD at its gamma (MiniLM embeddings: the only torch in
+WISV evaluation)."""
 
 from edgespec.artifacts import setup_logging
 
@@ -12,10 +13,15 @@ from edgespec.runconfig import completion_texts, prompt_split
 from edgespec.wisv.scores import text_scores
 
 records = prompt_split(snakemake.input.prompts, "eval")
-scores = text_scores(
-    completion_texts(snakemake.input.completions, records),
-    records,
-    completion_texts(snakemake.input.vanilla, records),
+vanilla = {
+    f"g{gamma}": completion_texts(path, records)
+    for gamma, path in zip(snakemake.params.gammas, snakemake.input.vanilla, strict=True)
+}
+decodes = zip(
+    snakemake.params.decodes, snakemake.input.completions, snakemake.output.scores, strict=True
 )
-logging.info("%s: %s", snakemake.wildcards.wdecode, scores.mean(numeric_only=True).to_dict())
-write_parquet(scores, snakemake.output.scores)
+for stem, completions, out in decodes:
+    gamma = stem.split("/")[1]  # variant/g{gamma}/...
+    scores = text_scores(completion_texts(completions, records), records, vanilla[gamma])
+    logging.info("%s: %s", stem, scores.mean(numeric_only=True).to_dict())
+    write_parquet(scores, out)
