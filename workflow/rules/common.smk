@@ -357,6 +357,10 @@ def wisv_vanilla_completions():
     ]
 
 
+def wisv_completion_files():
+    return [f"results/wisv/decode/{stem}.jsonl" for stem in wisv_scored_decodes()]
+
+
 def wisv_score_files():
     return [f"results/wisv/scores/{stem}.parquet" for stem in wisv_scored_decodes()]
 

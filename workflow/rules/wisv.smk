@@ -208,10 +208,10 @@ rule decode_wisv_csi:
 
 
 rule score_wisv:
-    """Text scores of every decode (exact match, answer fidelity, semantic accuracy), so that the
-    evaluation jobs stay torch-free; one job loads the sentence encoder once for all of them."""
+    """Text scores of every decode (exact match, answer fidelity, semantic accuracy), in one job
+    that loads the sentence encoder once, so that the evaluation jobs stay torch-free."""
     input:
-        completions=[f"results/wisv/decode/{stem}.jsonl" for stem in wisv_scored_decodes()],
+        completions=wisv_completion_files(),
         vanilla=wisv_vanilla_completions(),
         prompts=eval_prompt_files(),
     output:
