@@ -209,7 +209,7 @@ rule decode_wisv_csi:
 
 rule score_wisv:
     """Text scores of every decode (exact match, answer fidelity, semantic accuracy), in one job
-    that loads the sentence encoder once, so that the evaluation jobs stay torch-free."""
+    that loads the sentence encoder once, so the evaluation jobs stay torch-free."""
     input:
         completions=wisv_completion_files(),
         vanilla=wisv_vanilla_completions(),
