@@ -7,7 +7,14 @@ method, so they do the same work), after one warm-up of its own. Methods:
 - target-only ``generate`` at batch 1 and at ``--batch`` (left-padded);
 - Hugging Face assisted generation (``assistant_model=``) at batch 1, with its default
   adaptive drafting and with a fixed gamma;
-- this engine (greedy gamma-token rounds) at batch 1 and at ``--batch``.
+- this engine (greedy gamma-token rounds) at batch 1 (every gamma of ``--gammas``) and at
+  ``--batch`` (``--gamma``).
+
+Timing on a shared machine drifts by more than the differences measured here, so every method
+runs ``--repeats`` times, interleaved: each repeat runs every method once, in an order rotated
+from one repeat to the next, and a ratio is taken within a repeat (each method against
+target-only ``generate`` of the same repeat). The tables give the median and, in brackets, the
+range over repeats.
 
 Prints Markdown tables: tokens/s, ratios, peak resident memory, how many outputs equal
 target-only greedy, where the engine's time goes (draft forwards, target forwards, the rest),
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -90,13 +98,24 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4, help="prompts for the batch-1 methods")
     ap.add_argument("--batch", type=int, default=16, help="batch size of the batched runs")
     ap.add_argument("--new", type=int, default=64, help="at most this many new tokens")
-    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--gamma", type=int, default=4, help="draft length of the batched engine")
+    ap.add_argument(
+        "--gammas",
+        type=int,
+        nargs="+",
+        default=None,
+        help="draft lengths of the batch-1 engine (default: --gamma)",
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved timed runs per method")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--sweep", type=int, nargs="*", default=[], help="batch sizes for the crossover table"
     )
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    gammas = args.gammas or [args.gamma]
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model_dir)
     draft, target, tok = load_pair(model_dir / "draft", model_dir / "target", dtype=args.dtype)
@@ -107,7 +126,6 @@ def main() -> None:
     )
     prompts = [chat_token_ids(tok, r.prompt) for r in records]
     few = prompts[: args.prompts]
-    rows: list[tuple] = []
 
     def hf(prompt_list, batch, **kw):
         outs = []
@@ -129,7 +147,7 @@ def main() -> None:
             outs += [_cut(row[width:].tolist(), eos, args.new) for row in gen]
         return outs
 
-    def engine(prompt_list, batch):
+    def engine(prompt_list, batch, gamma=args.gamma):
         cfg = DecodingConfig(
             max_new_tokens=args.new,
             temperature=0.0,
@@ -138,7 +156,7 @@ def main() -> None:
             pad_token_id=pad,
         )
         outs, _ = generate_rounds(
-            prompt_list, cfg, torch_generator(args.seed, "bench"), draft, target, args.gamma
+            prompt_list, cfg, torch_generator(args.seed, "bench"), draft, target, gamma
         )
         return outs
 
@@ -156,31 +174,37 @@ def main() -> None:
             few,
             lambda p: hf(p, 1, assistant_model=draft, **fixed),
         ),
-        (f"engine, gamma = {args.gamma}", 1, few, lambda p: engine(p, 1)),
+        *((f"engine, gamma = {g}", 1, few, lambda p, g=g: engine(p, 1, g)) for g in gammas),
         ("target-only generate", args.batch, prompts, lambda p: hf(p, args.batch)),
         (f"engine, gamma = {args.gamma}", args.batch, prompts, lambda p: engine(p, args.batch)),
     ]
-    outputs: dict[tuple[str, int], list[list[int]]] = {}
-    breakdown: dict[int, dict[str, float]] = {}
-    for label, batch, prompt_list, run in methods:
+    for _, _, prompt_list, run in methods:
         run(prompt_list[:1])  # warm-up: first calls allocate and pick kernels
-        _reset_peak_rss()
-        with ForwardClock(draft, target) as clock:
-            start = time.perf_counter()
-            out = run(prompt_list)
-            elapsed = time.perf_counter() - start
-        if label.startswith("engine"):
-            breakdown[batch] = {**clock.seconds, "total": elapsed}
-        tokens = sum(len(o) for o in out)
-        outputs[(label, batch)] = out
-        rows.append(
-            (label, batch, len(prompt_list), tokens, elapsed, tokens / elapsed, _peak_rss_gib())
-        )
-        print(
-            f"{label} (batch {batch}): {tokens} tokens in {elapsed:.1f} s",
-            file=sys.stderr,
-            flush=True,
-        )
+    outputs: dict[tuple[str, int], list[list[int]]] = {}
+    timings: dict[tuple[str, int], list[dict[str, float]]] = {(m[0], m[1]): [] for m in methods}
+    for repeat in range(args.repeats):
+        shift = repeat % len(methods)
+        for label, batch, prompt_list, run in methods[shift:] + methods[:shift]:
+            _reset_peak_rss()
+            with ForwardClock(draft, target) as clock:
+                start = time.perf_counter()
+                out = run(prompt_list)
+                elapsed = time.perf_counter() - start
+            outputs.setdefault((label, batch), out)
+            timings[(label, batch)].append(
+                {
+                    **clock.seconds,
+                    "total": elapsed,
+                    "tokens": sum(len(o) for o in out),
+                    "rss": _peak_rss_gib(),
+                }
+            )
+            print(
+                f"repeat {repeat + 1}: {label} (batch {batch}): "
+                f"{timings[(label, batch)][-1]['tokens']} tokens in {elapsed:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     flags = cpu_flags()
     summary = machine_summary(flags)
@@ -202,6 +226,10 @@ def main() -> None:
         1: outputs[("target-only generate", 1)],
         args.batch: outputs[("target-only generate", args.batch)],
     }
+    print(
+        f"{args.repeats} interleaved repeats per method: median [lowest to highest]; each ratio "
+        "is taken within a repeat\n"
+    )
     header = (
         "method",
         "batch",
@@ -214,37 +242,62 @@ def main() -> None:
         "equal to target-only greedy",
     )
     print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
-    base = {
-        b: next(r[5] for r in rows if r[0] == "target-only generate" and r[1] == b)
-        for b in reference
-    }
-    for label, batch, n, tokens, secs, tps, rss in rows:
+    for label, batch, prompt_list, _ in methods:
+        runs = timings[(label, batch)]
+        base = timings[("target-only generate", batch)]
+        rates = [r["tokens"] / r["total"] for r in runs]
+        ratios = [rate / (b["tokens"] / b["total"]) for rate, b in zip(rates, base, strict=True)]
+        n = len(prompt_list)
         ref = reference[batch][:n]
         same = sum(a == b for a, b in zip(outputs[(label, batch)], ref, strict=True))
-        cells = (label, batch, n, tokens, f"{secs:.1f}", f"{tps:.2f}")
-        cells += (f"{tps / base[batch]:.2f}x", f"{rss:.1f}", f"{same}/{n}")
+        cells = (label, batch, n, int(runs[0]["tokens"]), _spread([r["total"] for r in runs], 1))
+        cells += (_spread(rates, 2), _spread(ratios, 2, "x"), f"{max(r['rss'] for r in runs):.1f}")
+        cells += (f"{same}/{n}",)
         print("| " + " | ".join(map(str, cells)) + " |")
-    print("\nwhere the engine's time goes (seconds):\n")
-    print("| batch | draft forwards | target forwards | everything else | total |")
-    print("|---|---|---|---|---|")
-    for batch, b in breakdown.items():
-        rest = b["total"] - b["draft"] - b["target"]
-        print(f"| {batch} | {b['draft']:.1f} | {b['target']:.1f} | {rest:.1f} | {b['total']:.1f} |")
+    print("\nwhere the engine's time goes (seconds, median over repeats):\n")
+    print("| method | batch | draft forwards | target forwards | everything else | total |")
+    print("|---|---|---|---|---|---|")
+    for label, batch, _, _ in methods:
+        if not label.startswith("engine"):
+            continue
+        runs = timings[(label, batch)]
+        draft_s, target_s, total = (
+            statistics.median(r[key] for r in runs) for key in ("draft", "target", "total")
+        )
+        rest = statistics.median(r["total"] - r["draft"] - r["target"] for r in runs)
+        print(f"| {label} | {batch} | {draft_s:.1f} | {target_s:.1f} | {rest:.1f} | {total:.1f} |")
     if args.sweep:
-        print("\ncrossover: tokens/s of target-only generate and of the engine by batch size\n")
+        print(
+            "\ncrossover: tokens/s of target-only generate and of the engine (gamma = "
+            f"{args.gamma}) by batch size, median [lowest to highest] over {args.repeats} "
+            "interleaved repeats\n"
+        )
         print("| batch | target-only generate | engine | engine / target-only |\n|---|---|---|---|")
         for batch in args.sweep:
             chunk = prompts[:batch]
-            rates = []
-            for run in (lambda p, b=batch: hf(p, b), lambda p, b=batch: engine(p, b)):
+            pair = (lambda p, b=batch: hf(p, b), lambda p, b=batch: engine(p, b))
+            for run in pair:
                 run(chunk[:1])
-                start = time.perf_counter()
-                out = run(chunk)
-                rates.append(sum(len(o) for o in out) / (time.perf_counter() - start))
+            rates: list[list[float]] = [[], []]
+            for repeat in range(args.repeats):
+                for which in (0, 1) if repeat % 2 == 0 else (1, 0):
+                    start = time.perf_counter()
+                    out = pair[which](chunk)
+                    rates[which].append(sum(len(o) for o in out) / (time.perf_counter() - start))
+            ratios = [e / t for t, e in zip(rates[0], rates[1], strict=True)]
             print(
-                f"| {batch} | {rates[0]:.2f} | {rates[1]:.2f} | {rates[1] / rates[0]:.2f}x |",
+                f"| {batch} | {_spread(rates[0], 2)} | {_spread(rates[1], 2)} | "
+                f"{_spread(ratios, 2, 'x')} |",
                 flush=True,
             )
+
+
+def _spread(values: list[float], digits: int, unit: str = "") -> str:
+    """The median and, with more than one value, the range: "1.23x [1.10x to 1.30x]"."""
+    median = f"{statistics.median(values):.{digits}f}{unit}"
+    if len(values) < 2:
+        return median
+    return f"{median} [{min(values):.{digits}f}{unit} to {max(values):.{digits}f}{unit}]"
 
 
 if __name__ == "__main__":
