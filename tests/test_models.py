@@ -215,12 +215,58 @@ def test_fetch_tiny_random_and_rerun(tmp_path, monkeypatch):
         raise AssertionError("a complete cache must not be rebuilt")
 
     monkeypatch.setattr("edgespec.models.tiny.write_tiny_pair", boom)
-    monkeypatch.setattr(fetch_module, "from_pretrained_or_hub", boom)
+    monkeypatch.setattr("edgespec.models.convert.from_pretrained_or_hub", boom)
     # draft_layers is ignored for a pair with its own draft (the workflow always passes it)
     again = fetch_pair("tiny_random", out, corpus=CORPUS_A, draft_layers=8, progress=False)
     assert again == prov
     with pytest.raises(ModelPairError, match="different pair"):
         fetch_pair("tiny_random", out, corpus=CORPUS_B, progress=False)
+
+
+def test_fetch_side_by_side_builds_the_same_cache(tmp_path):
+    """Two worker processes (fetch_models with two cores) convert the draft and the target;
+    the cache is the one a single process builds: same files, weights and tokenizer."""
+    alone = fetch_pair("tiny_random", tmp_path / "one" / "tiny_random", corpus=CORPUS_A)
+    both = fetch_pair("tiny_random", tmp_path / "two" / "tiny_random", corpus=CORPUS_A, workers=2)
+    timing = ("load_s", "save_s", "reload_s")
+    for role in ("draft", "target"):
+        for prov in (alone, both):
+            assert prov["models"][role]["reload_max_abs_logit_diff"] == 0.0
+        assert {k: v for k, v in both["models"][role].items() if k not in timing} == {
+            k: v for k, v in alone["models"][role].items() if k not in timing
+        }
+        one, two = tmp_path / "one" / "tiny_random" / role, tmp_path / "two" / "tiny_random" / role
+        assert sorted(p.name for p in one.iterdir()) == sorted(p.name for p in two.iterdir())
+        for name in ("tokenizer.json", "config.json"):
+            assert (one / name).read_bytes() == (two / name).read_bytes(), (role, name)
+        a, b, _ = load_pair_from_dir(one.parent, {"dtype": "float32"}, threads=None)
+        c, d, _ = load_pair_from_dir(two.parent, {"dtype": "float32"}, threads=None)
+        for x, y in ((a, c), (b, d)):
+            for (name, p), (_, q) in zip(
+                x.state_dict().items(), y.state_dict().items(), strict=True
+            ):
+                assert torch.equal(p, q), name
+    assert both["tokenizer"] == alone["tokenizer"]
+
+
+def test_a_worker_error_reaches_the_fetch(tmp_path, monkeypatch):
+    """An error in a worker process is raised by fetch_pair, the build folder removed."""
+    out = tmp_path / "cache" / "tiny_random"
+    # The workers are fresh interpreters that see no monkeypatch, so the failure comes from
+    # the input instead: a source folder that does not exist.
+    real = fetch_module.RoleRunner.run
+
+    def broken_sources(self, step, jobs):
+        jobs = {
+            role: (role, str(tmp_path / "missing"), None, *args[3:]) for role, args in jobs.items()
+        }
+        return real(self, step, jobs)
+
+    monkeypatch.setattr(fetch_module.RoleRunner, "run", broken_sources)
+    with pytest.raises(Exception, match="missing"):
+        fetch_pair("tiny_random", out, corpus=CORPUS_A, progress=False, workers=2)
+    assert not out.exists()
+    assert [p.name for p in out.parent.iterdir()] == [".tiny_random.lock"]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ rule fetch_models:
         "benchmarks/fetch_models.tsv"
     conda:
         "../envs/edgespec.yaml"
-    threads: MODEL_THREADS
+    # Two: the draft and the target convert side by side (edgespec.models.convert).
+    threads: max(2, MODEL_THREADS)
     resources:
         mem_mb=grows_with_attempt(FETCH_MEM_MB),
         runtime=grows_with_attempt(60),

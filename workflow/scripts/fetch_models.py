@@ -24,6 +24,7 @@ provenance = fetch_pair(
     draft_layers=pair["draft_layers"],
     custom=pair["custom"],
     corpus=corpus,
+    workers=snakemake.threads,
 )
 # The cache may be shared with other working directories; this record is what ties this
 # directory's model stages to it.

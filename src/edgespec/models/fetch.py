@@ -59,13 +59,16 @@ from edgespec.models.cachedir import (
     new_build_dir,
     remove_stale_builds,
 )
+from edgespec.models.convert import (
+    RoleRunner,
+    last_logits,
+    load_source_model,
+    model_record,
+)
 from edgespec.models.load import (
     SPECIAL_TOKEN_ATTRS,
-    canonical_dtype_name,
     check_tokenizers_match,
-    from_pretrained_or_hub,
     load_tokenizer,
-    logits_size,
     split_location,
 )
 from edgespec.models.presets import (
@@ -456,48 +459,13 @@ def _describe_source(spec) -> dict:
     return {"kind": "hub_or_local", "id": str(spec)}
 
 
-class _DropPackedGGUFWarning:
-    """Drop transformers' "weights packed is fastest in float32" warning.
-
-    It is spurious here: without the optional ``kernels`` package (or for architectures not on
-    the packed path) the GGUF is fully dequantised to the requested dtype, which is what we want.
-    """
-
-    def filter(self, record) -> bool:
-        return "weights packed is fastest" not in record.getMessage()
-
-
-def _quiet_gguf_warning() -> None:
-    import logging
-
-    logger = logging.getLogger("transformers.quantizers.quantizer_gguf")
-    if not any(isinstance(f, _DropPackedGGUFWarning) for f in logger.filters):
-        logger.addFilter(_DropPackedGGUFWarning())
-
-
 def _describe_sources(spec: PairPreset) -> dict:
     draft = None if spec.draft is None else _describe_source(spec.draft)
     # JSON round trip so that a fresh description compares equal to one read from disk
     return json.loads(json.dumps({"draft": draft, "target": _describe_source(spec.target)}))
 
 
-def _strip_gguf_quantization(model) -> None:
-    """Make a GGUF-loaded (already dequantised) model serialisable with save_pretrained."""
-    with contextlib.suppress(AttributeError):
-        del model.config.quantization_config
-    model.hf_quantizer = None
-    for attr in ("is_quantized", "_is_quantized_training_enabled"):
-        if getattr(model, attr, False):
-            with contextlib.suppress(AttributeError):
-                setattr(model, attr, False)
-    if hasattr(model, "quantization_method"):
-        with contextlib.suppress(AttributeError):
-            model.quantization_method = None
-
-
-def _probe_ids(tokenizer):
-    import torch
-
+def _probe_ids(tokenizer) -> list[int]:
     message = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
     ids = None
     if getattr(tokenizer, "chat_template", None):
@@ -508,14 +476,7 @@ def _probe_ids(tokenizer):
             ids = list(ids)
     if not ids:
         ids = tokenizer.encode("def add(a, b):\n    return", add_special_tokens=False)
-    return torch.tensor([ids[:64]], dtype=torch.long)
-
-
-def _last_logits(model, ids):
-    import torch
-
-    with torch.inference_mode():
-        return model(input_ids=ids).logits[0, -1].float().clone()
+    return [int(i) for i in ids[:64]]
 
 
 def _truncate_layers(model, n_layers: int) -> None:
@@ -529,15 +490,6 @@ def _truncate_layers(model, n_layers: int) -> None:
     config.num_hidden_layers = n_layers
     if isinstance(getattr(config, "layer_types", None), list):
         config.layer_types = config.layer_types[:n_layers]
-
-
-def _count_params(model) -> int:
-    seen, total = set(), 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            total += p.numel()
-    return total
 
 
 def _corpus_digest(texts: Sequence[str]) -> str:
@@ -565,6 +517,7 @@ def fetch_pair(
     corpus: Sequence[str] | None = None,
     progress: bool = True,
     seed: int = 0,
+    workers: int = 1,
 ) -> dict:
     """Materialise ``out_dir/draft`` and ``out_dir/target`` (safetensors + tokenizer) for a pair.
 
@@ -576,6 +529,8 @@ def fetch_pair(
       dequantised to float32.
     * ``draft_layers``: for a derived draft (smollm2), how many target layers it keeps.
     * ``corpus``/``seed``: for ``tiny_random`` (default corpus :data:`DEFAULT_TINY_CORPUS`).
+    * ``workers``: 2 or more converts an independent draft and target side by side, in two
+      processes (``edgespec.models.convert``).
 
     Models are stored in the precision they were converted to (see the module docstring);
     ``provenance.json``'s ``dtype`` says which. Tokenizers are compared before any model is
@@ -624,7 +579,9 @@ def fetch_pair(
                 )
             # model folders without provenance (removed to force a rebuild): replaced below,
             # once the new pair is complete
-        return _build_pair(spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, progress)
+        return _build_pair(
+            spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, progress, workers
+        )
 
 
 def _tiny_identity(prov: dict) -> dict | None:
@@ -632,11 +589,13 @@ def _tiny_identity(prov: dict) -> dict | None:
     return None if tiny is None else {k: tiny.get(k) for k in ("seed", "corpus_sha256")}
 
 
-def _stored_dtype(model) -> str:
-    return canonical_dtype_name(next(model.parameters()).dtype)
+def _describe_locations(locations: dict, roles: Sequence[str]) -> str:
+    return ", ".join(f"{role} from {locations[role][1] or locations[role][0]}" for role in roles)
 
 
-def _build_pair(spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, progress) -> dict:
+def _build_pair(
+    spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, progress, workers=1
+) -> dict:
     import torch
     import transformers
 
@@ -690,81 +649,76 @@ def _build_pair(spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, prog
             else:
                 locations[role] = split_location(str(s))
 
-        # 2. tokenizers first (cheap), then the models
-        t0 = time.perf_counter()
-        _log(progress, "loading tokenizers")
-        target_tok = load_tokenizer(locations["target"][0], locations["target"][1], role="target")
-        if spec.draft is not None:
-            draft_tok = load_tokenizer(locations["draft"][0], locations["draft"][1], role="draft")
-            check_tokenizers_match(draft_tok, target_tok)
-            del draft_tok
-        timings["tokenizers"] = round(time.perf_counter() - t0, 2)
-        prov["tokenizer"] = {
-            "class": type(target_tok).__name__,
-            "len": len(target_tok),
-            **{attr: getattr(target_tok, attr, None) for attr in SPECIAL_TOKEN_ATTRS},
-            "chat_template": bool(getattr(target_tok, "chat_template", None)),
-        }
-        probe = _probe_ids(target_tok)
-
-        from transformers import AutoModelForCausalLM
-
-        prov["models"] = {}
-        reference: dict[str, Any] = {}
-        roles = ["target", "draft"] if spec.draft is None else ["draft", "target"]
-        model = None
-        for role in roles:
-            if role == "draft" and spec.draft is None:
-                _truncate_layers(model, int(n_draft_layers))
-                load_s = 0.0
-                derived = f"first {n_draft_layers} decoder layers of the target"
-            else:
-                model = None
-                location, gguf_file = locations[role]
-                # A GGUF is dequantised to float32 (its quantised values lose nothing more);
-                # a checkpoint keeps its own dtype ("auto"). Loads cast to models.dtype later.
-                storage = torch.float32 if gguf_file else "auto"
-                _log(progress, f"loading {role} model from {gguf_file or location} ({storage})")
-                if gguf_file:
-                    _quiet_gguf_warning()
-                t0 = time.perf_counter()
-                model = from_pretrained_or_hub(
-                    AutoModelForCausalLM, location, gguf_file, role, dtype=storage
-                )
-                # no model.to(dtype): it would also cast float buffers such as rotary inv_freq
-                model = model.eval()
-                load_s = round(time.perf_counter() - t0, 2)
-                derived = None
-                if gguf_file:
-                    _strip_gguf_quantization(model)
-            reference[role] = _last_logits(model, probe)
+        # 2. tokenizers first (a mismatch stops the fetch before any model loads), then the
+        #    models; two independent models convert side by side where the job has two cores.
+        roles = ("draft", "target") if spec.draft is not None else ("target",)
+        tokenizer_dirs = {role: str(build / "_tokenizers" / role) for role in roles}
+        with RoleRunner(workers if len(roles) == 2 else 1) as runner:
             t0 = time.perf_counter()
-            model.save_pretrained(build / role)
-            target_tok.save_pretrained(build / role)
-            save_s = round(time.perf_counter() - t0, 2)
-            cfg = model.config.get_text_config()
-            prov["models"][role] = {
-                "architecture": type(model).__name__,
-                "params": _count_params(model),
-                "dtype": _stored_dtype(model),
-                "num_hidden_layers": int(cfg.num_hidden_layers),
-                "hidden_size": int(cfg.hidden_size),
-                "logits_size": logits_size(model),
-                "tie_word_embeddings": bool(getattr(cfg, "tie_word_embeddings", False)),
-                "load_s": load_s,
-                "save_s": save_s,
-                "derived_from_target": derived,
+            _log(progress, "loading tokenizers" + (" side by side" if runner.parallel else ""))
+            runner.run(
+                "tokenizer",
+                {role: (role, *locations[role], tokenizer_dirs[role]) for role in roles},
+            )
+            target_tok = load_tokenizer(tokenizer_dirs["target"], role="target")
+            if spec.draft is not None:
+                check_tokenizers_match(load_tokenizer(tokenizer_dirs["draft"]), target_tok)
+            timings["tokenizers"] = round(time.perf_counter() - t0, 2)
+            prov["tokenizer"] = {
+                "class": type(target_tok).__name__,
+                "len": len(target_tok),
+                **{attr: getattr(target_tok, attr, None) for attr in SPECIAL_TOKEN_ATTRS},
+                "chat_template": bool(getattr(target_tok, "chat_template", None)),
             }
+            probe = _probe_ids(target_tok)
+
+            prov["models"] = {}
+            reference: dict[str, Any] = {}
+            # A GGUF is dequantised to float32, a checkpoint keeps its own dtype; later loads
+            # cast to models.dtype.
+            if spec.draft is not None:
+                _log(progress, f"loading models: {_describe_locations(locations, roles)}")
+                converted = runner.run(
+                    "model",
+                    {role: (role, *locations[role], str(build / role), probe) for role in roles},
+                )
+                for role in roles:
+                    prov["models"][role], reference[role] = converted[role]
+            else:
+                _log(progress, f"loading the target: {_describe_locations(locations, roles)}")
+                t0 = time.perf_counter()
+                model = load_source_model("target", *locations["target"])
+                load_s = round(time.perf_counter() - t0, 2)
+                derived = f"first {n_draft_layers} decoder layers of the target"
+                for role in ("target", "draft"):
+                    if role == "draft":
+                        _truncate_layers(model, int(n_draft_layers))
+                        load_s = 0.0
+                    reference[role] = last_logits(model, probe)
+                    t0 = time.perf_counter()
+                    model.save_pretrained(build / role)
+                    save_s = round(time.perf_counter() - t0, 2)
+                    prov["models"][role] = model_record(
+                        model, load_s, save_s, derived if role == "draft" else None
+                    )
+                del model
+        for role in ("draft", "target"):
+            # One tokenizer for the pair (they were checked to match): the target's files as
+            # its source's tokenizer saved them (saving a reloaded one would add a normaliser).
+            for saved in Path(tokenizer_dirs["target"]).iterdir():
+                shutil.copyfile(saved, build / role / saved.name)
+            record = prov["models"][role]
             _log(
                 progress,
-                f"{role}: {prov['models'][role]['params']:,} params in "
-                f"{prov['models'][role]['dtype']}, load {load_s} s, save {save_s} s",
+                f"{role}: {record['params']:,} params in {record['dtype']}, "
+                f"load {record['load_s']} s, save {record['save_s']} s",
             )
-        del model
         stored = {prov["models"][role]["dtype"] for role in ("draft", "target")}
         prov["dtype"] = stored.pop() if len(stored) == 1 else "mixed (see models.*.dtype)"
 
         # 3. verify the saved dirs reload to the same logits, tokenizer and chat template intact
+        from transformers import AutoModelForCausalLM
+
         t0 = time.perf_counter()
         for role in ("draft", "target"):
             saved_tok = load_tokenizer(build / role)
@@ -774,7 +728,7 @@ def _build_pair(spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, prog
             t1 = time.perf_counter()
             reloaded = AutoModelForCausalLM.from_pretrained(build / role, dtype="auto").eval()
             prov["models"][role]["reload_s"] = round(time.perf_counter() - t1, 2)
-            got = _last_logits(reloaded, probe)
+            got = last_logits(reloaded, probe)
             diff = float((got - reference[role]).abs().max())
             scale = float(reference[role].abs().max()) or 1.0
             prov["models"][role]["reload_max_abs_logit_diff"] = diff
@@ -786,6 +740,7 @@ def _build_pair(spec, out_dir, wheel_dir, n_draft_layers, tiny_texts, tiny, prog
             del reloaded
         timings["verify_reload"] = round(time.perf_counter() - t0, 2)
 
+        shutil.rmtree(build / "_tokenizers")
         shutil.rmtree(src_dir)
         timings["total"] = round(time.perf_counter() - t_start, 2)
         prov["peak_rss_mb"] = _peak_rss_mb()

@@ -1,0 +1,228 @@
+"""Converting one model of a pair to a safetensors folder, and the pair's two side by side.
+
+Rule ``fetch_models`` (``edgespec.models.fetch``) turns each model's source (a GGUF, a hub id
+or a local checkpoint) into a ``save_pretrained`` folder. For a GGUF most of that time is
+single-threaded Python and numpy: building the tokenizer (about 13 s per model here) and
+dequantising the weights (about 40 s for the default draft, 60 s for its target, 2-core AMD
+EPYC). The draft and the target do not depend on each other, so :func:`RoleRunner` runs one
+conversion step for both in two processes at once when the job has two cores, and the fetch
+takes as long as the larger model instead of both.
+
+Each step is a function of plain (JSON) arguments (:func:`save_tokenizer`, :func:`save_model`),
+run the same way in this process or in a worker; a worker's stderr (transformers' progress bars
+and warnings) is kept and written into the rule's log once the step ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from edgespec.models.load import (
+    canonical_dtype_name,
+    from_pretrained_or_hub,
+    load_tokenizer,
+    logits_size,
+)
+
+
+class _DropPackedGGUFWarning:
+    """Drop transformers' "weights packed is fastest in float32" warning.
+
+    It is spurious here: without the optional ``kernels`` package (or for architectures not on
+    the packed path) the GGUF is fully dequantised to the requested dtype, which is what we want.
+    """
+
+    def filter(self, record) -> bool:
+        return "weights packed is fastest" not in record.getMessage()
+
+
+def quiet_gguf_warning() -> None:
+    import logging
+
+    logger = logging.getLogger("transformers.quantizers.quantizer_gguf")
+    if not any(isinstance(f, _DropPackedGGUFWarning) for f in logger.filters):
+        logger.addFilter(_DropPackedGGUFWarning())
+
+
+def strip_gguf_quantization(model) -> None:
+    """Make a GGUF-loaded (already dequantised) model serialisable with save_pretrained."""
+    with contextlib.suppress(AttributeError):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    for attr in ("is_quantized", "_is_quantized_training_enabled"):
+        if getattr(model, attr, False):
+            with contextlib.suppress(AttributeError):
+                setattr(model, attr, False)
+    if hasattr(model, "quantization_method"):
+        with contextlib.suppress(AttributeError):
+            model.quantization_method = None
+
+
+def last_logits(model, ids: Sequence[int]):
+    """The float32 logits [V] after the token ids ``ids`` (one sequence)."""
+    import torch
+
+    with torch.inference_mode():
+        batch = torch.tensor([list(ids)], dtype=torch.long)
+        return model(input_ids=batch).logits[0, -1].float().clone()
+
+
+def count_params(model) -> int:
+    seen, total = set(), 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+def stored_dtype(model) -> str:
+    return canonical_dtype_name(next(model.parameters()).dtype)
+
+
+def model_record(model, load_s: float, save_s: float, derived: str | None = None) -> dict:
+    """What provenance.json records of one stored model."""
+    cfg = model.config.get_text_config()
+    return {
+        "architecture": type(model).__name__,
+        "params": count_params(model),
+        "dtype": stored_dtype(model),
+        "num_hidden_layers": int(cfg.num_hidden_layers),
+        "hidden_size": int(cfg.hidden_size),
+        "logits_size": logits_size(model),
+        "tie_word_embeddings": bool(getattr(cfg, "tie_word_embeddings", False)),
+        "load_s": load_s,
+        "save_s": save_s,
+        "derived_from_target": derived,
+    }
+
+
+def load_source_model(role: str, location: str, gguf_file: str | None):
+    """One model from its source, in eval mode: a GGUF dequantised to float32 (its quantised
+    values lose nothing more) and made serialisable, a checkpoint in its own dtype."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    storage = torch.float32 if gguf_file else "auto"
+    if gguf_file:
+        quiet_gguf_warning()
+    # no model.to(dtype): it would also cast float buffers such as rotary inv_freq
+    model = from_pretrained_or_hub(
+        AutoModelForCausalLM, location, gguf_file, role, dtype=storage
+    ).eval()
+    if gguf_file:
+        strip_gguf_quantization(model)
+    return model
+
+
+def save_tokenizer(role: str, location: str, gguf_file: str | None, out_dir: str) -> None:
+    """Build one model's tokenizer from its source and save it to ``out_dir``."""
+    load_tokenizer(location, gguf_file, role=role).save_pretrained(out_dir)
+
+
+def save_model(
+    role: str, location: str, gguf_file: str | None, out_dir: str, probe: Sequence[int]
+) -> tuple[dict, Any]:
+    """Load one model from its source, save it to ``out_dir`` (weights and config only);
+    returns its :func:`model_record` and its :func:`last_logits` after ``probe``, against
+    which the saved copy is checked."""
+    start = time.perf_counter()
+    model = load_source_model(role, location, gguf_file)
+    load_s = round(time.perf_counter() - start, 2)
+    reference = last_logits(model, probe)
+    start = time.perf_counter()
+    model.save_pretrained(out_dir)
+    save_s = round(time.perf_counter() - start, 2)
+    return model_record(model, load_s, save_s), reference
+
+
+_STEPS = {"tokenizer": save_tokenizer, "model": save_model}
+
+
+class RoleRunner:
+    """Runs a conversion step for each role: in two processes at once when ``workers`` >= 2,
+    else one after the other in this process.
+
+    A worker is a fresh interpreter running this module (``python -m
+    edgespec.models.convert``), not a fork or a multiprocessing spawn: the first would copy a
+    process whose torch threads may be running, the second re-runs the caller's unguarded
+    ``__main__`` (a Snakemake script is one). Its stderr is kept in a file and written to this
+    process's stderr once it ends; a failed worker raises :class:`ConversionError` with its
+    last line.
+    """
+
+    def __init__(self, workers: int):
+        self.parallel = workers >= 2
+        self._scratch: tempfile.TemporaryDirectory | None = None
+
+    def __enter__(self) -> RoleRunner:
+        if self.parallel:
+            self._scratch = tempfile.TemporaryDirectory(prefix="edgespec-convert-")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+
+    def run(self, step: str, jobs: Mapping[str, tuple]) -> dict[str, Any]:
+        """``{role: step_function(*args)}`` for ``jobs`` = ``{role: args}``, ``step`` one of
+        "tokenizer" (:func:`save_tokenizer`) and "model" (:func:`save_model`)."""
+        function = _STEPS[step]
+        if self._scratch is None:
+            return {role: function(*args) for role, args in jobs.items()}
+        scratch = Path(self._scratch.name)
+        running = {}
+        for role, args in jobs.items():
+            result, log = scratch / f"{step}-{role}.pt", scratch / f"{step}-{role}.log"
+            with open(log, "w") as stderr:
+                command = [
+                    sys.executable,
+                    "-m",
+                    __name__,
+                    step,
+                    json.dumps(list(args)),
+                    str(result),
+                ]
+                running[role] = (subprocess.Popen(command, stderr=stderr), result, log)
+        failures, results = [], {}
+        for role, (process, result, log) in running.items():
+            code = process.wait()
+            output = log.read_text(errors="replace")
+            if output:
+                sys.stderr.write(output if output.endswith("\n") else output + "\n")
+            if code != 0:
+                last = output.strip().splitlines()[-1] if output.strip() else f"exit code {code}"
+                failures.append(f"{role} ({step}): {last}")
+                continue
+            import torch
+
+            results[role] = torch.load(result, weights_only=True)["value"]
+        if failures:
+            raise ConversionError("conversion failed in a worker: " + "; ".join(failures))
+        return results
+
+
+class ConversionError(RuntimeError):
+    """A worker process failed to convert a model or its tokenizer."""
+
+
+def _worker(argv: Sequence[str]) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # two workers share the job's two cores
+    step, args, result = argv[0], json.loads(argv[1]), argv[2]
+    value = _STEPS[step](*args)
+    torch.save({"value": value}, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1:]))
