@@ -101,6 +101,35 @@ def test_render_adds_the_optional_parts_the_snapshot_has(tmp_path):
     assert "top-1 agreement 90.0% and mean total variation 0.100" in text
 
 
+def test_render_adds_the_timing_of_other_machines(tmp_path):
+    """A timing-only snapshot of another machine's run is rendered after the main run's times,
+    with its own dtype and per-rule table, and none of its science figures."""
+    snap = tmp_path / "snap"
+    _write_snapshot(snap)
+    work = tmp_path / "work"
+    (work / "results" / "machine").mkdir(parents=True)
+    (work / "results" / "machine" / "precision.json").write_text(
+        json.dumps({"dtype": "float32", "reason": "no native bf16; probe 2.5x slower"})
+    )
+    (work / "benchmarks" / "mine_labels").mkdir(parents=True)
+    (work / "benchmarks" / "mine_labels" / "s.tsv").write_text("s\tmax_rss\n579.0\t5100\n")
+    other = snap / readme_results.OTHER_MACHINES / "avx2"
+    run = {"wall_s": 1800.0, "command": "snakemake -c2", "start": "cold", "machine": "an AVX2 CPU"}
+    readme_results.snapshot(work, other, run, timing_only=True)
+    assert sorted(p.name for p in other.iterdir()) == [
+        "precision.json",
+        "rule_times.csv",
+        "run.json",
+    ]
+    text = readme_results.render(snap)
+    main_table = text.index("| decode_wisv | 8 | 400.5 | 5336 |")
+    other_part = text.index("**The same workflow on an AVX2 CPU**")
+    assert main_table < other_part < text.index("**Latency profile**")
+    assert "`snakemake -c2` started cold: 30.0 min; decoding dtype **float32** (no native" in text
+    assert "| mine_labels | 1 | 579.0 | 5100 |" in text[other_part:]
+    assert "| everything else" in text[other_part:] and "| 1221.0 | |" in text[other_part:]
+
+
 def test_write_replaces_only_the_results_block(tmp_path):
     snap = tmp_path / "snap"
     _write_snapshot(snap)
@@ -119,7 +148,9 @@ def test_snapshot_command_line_records_the_run(tmp_path, monkeypatch):
     """``--command`` is a field of the run, not the sub-command."""
     copied = {}
     monkeypatch.setattr(
-        readme_results, "snapshot", lambda workdir, dest, run, bench: copied.update(run=run)
+        readme_results,
+        "snapshot",
+        lambda workdir, dest, run, bench, timing_only: copied.update(run=run, only=timing_only),
     )
     # a regression must not rewrite this repository's README
     monkeypatch.setattr(readme_results, "write_readme", lambda: copied.update(wrote=True))
@@ -132,6 +163,9 @@ def test_snapshot_command_line_records_the_run(tmp_path, monkeypatch):
         "machine": "m",
         "second_run_s": 1.5,
     }
+    assert copied["only"] is False
+    readme_results.main([*argv, "--machine", "m", "--timing-only"])
+    assert copied["only"] is True
 
 
 def test_snapshot_refuses_an_unfinished_run(tmp_path):

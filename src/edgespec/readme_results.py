@@ -11,6 +11,11 @@ README holds exactly that block.
     python -m edgespec.readme_results snapshot --workdir . --wall-s 1234 --command "..."
     python -m edgespec.readme_results write     # README block from docs/results/
 
+The same workflow timed on another machine (say a CPU without native bf16) is kept beside it
+as a timing-only snapshot, ``docs/results/other_machines/<name>/`` (``snapshot --timing-only
+--dest ...``: the run, the dtype it chose and its per-rule times), and rendered after the main
+run's times; the science figures stay those of the main run.
+
 Torch-free.
 """
 
@@ -26,6 +31,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT_DIR = REPO_ROOT / "docs" / "results"
+OTHER_MACHINES = "other_machines"
 README = REPO_ROOT / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -70,9 +76,20 @@ def rule_times(benchmark_dir: Path) -> list[dict]:
     return sorted(rows, key=lambda r: -r["seconds"])
 
 
-def snapshot(workdir: Path, dest: Path, run: dict, bench: Path | None = None) -> None:
-    """Copy a finished run's report files from ``workdir`` into ``dest`` (the snapshot)."""
+def snapshot(
+    workdir: Path, dest: Path, run: dict, bench: Path | None = None, timing_only: bool = False
+) -> None:
+    """Copy a finished run's report files from ``workdir`` into ``dest`` (the snapshot); with
+    ``timing_only``, only its precision record and per-rule times."""
     dest.mkdir(parents=True, exist_ok=True)
+    if timing_only:
+        precision = Path(workdir) / "results/machine/precision.json"
+        if not precision.is_file():
+            raise FileNotFoundError(f"{precision} is missing: run the workflow to the end first")
+        shutil.copyfile(precision, dest / "precision.json")
+        _write_rule_times(Path(workdir), dest)
+        (dest / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+        return
     for source, name in REPORT_FILES.items():
         path = Path(workdir) / source
         if not path.is_file():
@@ -84,14 +101,17 @@ def snapshot(workdir: Path, dest: Path, run: dict, bench: Path | None = None) ->
             shutil.copyfile(path, dest / name)
         else:
             (dest / name).unlink(missing_ok=True)
-    times = rule_times(Path(workdir) / "benchmarks")
-    with (dest / "rule_times.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["rule", "jobs", "seconds", "peak_rss_mb"])
-        writer.writeheader()
-        writer.writerows(times)
+    _write_rule_times(Path(workdir), dest)
     if bench is not None:
         shutil.copyfile(bench, dest / "bench_engine.md")
     (dest / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+
+
+def _write_rule_times(workdir: Path, dest: Path) -> None:
+    with (dest / "rule_times.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["rule", "jobs", "seconds", "peak_rss_mb"])
+        writer.writeheader()
+        writer.writerows(rule_times(workdir / "benchmarks"))
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -148,6 +168,34 @@ def headline_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _rule_time_lines(snapshot_dir: Path, wall_s: float) -> list[str]:
+    """The per-rule table of a snapshot, and how its seconds relate to the wall time."""
+    lines = [
+        "Per rule, from the `benchmark:` files (seconds, all jobs of the rule):",
+        "",
+        "| rule | jobs | seconds | peak RSS (MB) |",
+        "|---|---|---|---|",
+    ]
+    timed = 0.0
+    for row in _read_csv(snapshot_dir / "rule_times.csv"):
+        lines.append(f"| {row['rule']} | {row['jobs']} | {row['seconds']} | {row['peak_rss_mb']} |")
+        timed += float(row["seconds"])
+    if wall_s > timed:
+        # The small torch-free jobs have no benchmark: file; where the model jobs ran one at a
+        # time, the rest of the wall time is theirs (and Snakemake's own).
+        lines.append(
+            f"| everything else (small jobs without a `benchmark:` file, scheduling) | | "
+            f"{wall_s - timed:.1f} | |"
+        )
+    else:
+        lines += [
+            "",
+            f"The jobs ran side by side, so their seconds add up to more than the wall time "
+            f"({timed:.0f} s of jobs in {wall_s:.0f} s).",
+        ]
+    return lines
+
+
 def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
     """The README's results block from a snapshot directory."""
     snapshot_dir = Path(snapshot_dir)
@@ -168,27 +216,18 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
             else ""
         ),
         "",
-        "Per rule, from the `benchmark:` files (seconds, all jobs of the rule):",
-        "",
-        "| rule | jobs | seconds | peak RSS (MB) |",
-        "|---|---|---|---|",
+        *_rule_time_lines(snapshot_dir, run["wall_s"]),
     ]
-    timed = 0.0
-    for row in _read_csv(snapshot_dir / "rule_times.csv"):
-        parts.append(f"| {row['rule']} | {row['jobs']} | {row['seconds']} | {row['peak_rss_mb']} |")
-        timed += float(row["seconds"])
-    if run["wall_s"] > timed:
-        # The small torch-free jobs have no benchmark: file; where the model jobs ran one at a
-        # time, the rest of the wall time is theirs (and Snakemake's own).
-        parts.append(
-            f"| everything else (small jobs without a `benchmark:` file, scheduling) | | "
-            f"{run['wall_s'] - timed:.1f} | |"
-        )
-    else:
+    for other in sorted((snapshot_dir / OTHER_MACHINES).glob("*/run.json")):
+        other_run = json.loads(other.read_text())
+        other_precision = json.loads((other.parent / "precision.json").read_text())
         parts += [
             "",
-            f"The jobs ran side by side, so their seconds add up to more than the wall time "
-            f"({timed:.0f} s of jobs in {run['wall_s']:.0f} s).",
+            f"**The same workflow on {other_run['machine']}**, with `{other_run['command']}` "
+            f"started {other_run['start']}: {other_run['wall_s'] / 60:.1f} min; decoding dtype "
+            f"**{other_precision['dtype']}** ({other_precision['reason']}).",
+            "",
+            *_rule_time_lines(other.parent, other_run["wall_s"]),
         ]
     verify = ", ".join(
         f"{float(v) * 1e3:.0f} ms (gamma = {g})"
@@ -259,6 +298,12 @@ def main(argv=None) -> None:
     snap.add_argument("--machine", required=True, help="the machine, in words")
     snap.add_argument("--bench", type=Path, help="engine benchmark output (Markdown)")
     snap.add_argument("--second-run-s", type=float, help="wall time of a second, no-op run, s")
+    snap.add_argument(
+        "--timing-only",
+        action="store_true",
+        help=f"keep only the dtype and per-rule times (a run on another machine, under "
+        f"docs/results/{OTHER_MACHINES}/<name>)",
+    )
     sub.add_parser("write", help="write the README block from docs/results")
     args = ap.parse_args(argv)
     if args.action == "snapshot":
@@ -270,7 +315,7 @@ def main(argv=None) -> None:
         }
         if args.second_run_s is not None:
             run["second_run_s"] = args.second_run_s
-        snapshot(args.workdir, args.dest, run, args.bench)
+        snapshot(args.workdir, args.dest, run, args.bench, args.timing_only)
     else:
         write_readme()
 
