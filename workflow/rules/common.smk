@@ -56,17 +56,6 @@ CALIB_SHARDS = dataset_shards("calib")  # mine_labels
 MODEL_THREADS = MODELS["threads"]
 
 
-# Scheduling priorities. Among the ready jobs Snakemake starts the set with the largest summed
-# priority that fits the cores, so the jobs that unblock others go first and the independent
-# decodes fill the cores later, instead of one core idling at the end while a chain catches up.
-# A rule that times models needs every core, so its priority outweighs any two one-core jobs.
-# Chains: mine_labels, join_labels, relabel_csi, then train_head and the head decodes; and
-# collect_traces, fit_calibration, then optimize_k, risk_thresholds and the decodes they feed.
-PRIORITY_TIMING = 100
-PRIORITY_WISV_CHAIN = 40
-PRIORITY_CUHLM_CHAIN = 20
-
-
 def timing_threads(wildcards):
     """Threads of a rule whose results are timings (the dtype probe, the latency and batching
     profiles, the head's time per round): every local core, so that no other job runs beside

@@ -13,7 +13,6 @@ rule fit_calibration:
         ),
     log:
         "logs/fit_calibration.log",
-    priority: PRIORITY_CUHLM_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: 1
@@ -41,7 +40,6 @@ rule risk_thresholds:
         thresholds="results/cuhlm/calibration/thresholds.csv",
     log:
         "logs/risk_thresholds.log",
-    priority: PRIORITY_CUHLM_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: 1
@@ -78,7 +76,6 @@ rule optimize_k:
         "logs/optimize_k.log",
     benchmark:
         "benchmarks/optimize_k.tsv"
-    priority: PRIORITY_CUHLM_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS

@@ -11,7 +11,6 @@ rule profile_latency:
         "logs/profile_latency.log",
     benchmark:
         "benchmarks/profile_latency.tsv"
-    priority: PRIORITY_TIMING
     conda:
         "../envs/edgespec.yaml"
     threads: timing_threads

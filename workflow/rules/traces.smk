@@ -12,7 +12,6 @@ rule collect_traces:
         "logs/collect_traces/{dataset}.log",
     benchmark:
         "benchmarks/collect_traces/{dataset}.tsv"
-    priority: PRIORITY_CUHLM_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS

@@ -13,7 +13,6 @@ rule mine_labels:
         "logs/mine_labels/{shard}.log",
     benchmark:
         "benchmarks/mine_labels/{shard}.tsv"
-    priority: PRIORITY_WISV_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
@@ -56,7 +55,6 @@ rule join_labels:
         summary="results/wisv/labels/summary.json",
     log:
         "logs/join_labels.log",
-    priority: PRIORITY_WISV_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: 1
@@ -90,7 +88,6 @@ rule relabel_csi:
         "logs/relabel_csi.log",
     benchmark:
         "benchmarks/relabel_csi.tsv"
-    priority: PRIORITY_WISV_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: 1
@@ -130,7 +127,6 @@ rule train_head:
         "logs/train_head.log",
     benchmark:
         "benchmarks/train_head.tsv"
-    priority: PRIORITY_TIMING
     conda:
         "../envs/edgespec.yaml"
     threads: timing_threads
