@@ -14,7 +14,7 @@ README holds exactly that block.
 The same workflow timed on another machine (say a CPU without native bf16) is kept beside it
 as a timing-only snapshot, ``docs/results/other_machines/<name>/`` (``snapshot --timing-only
 --dest ...``: the run, the dtype it chose and its per-rule times), and rendered after the main
-run's times; the science figures stay those of the main run.
+run's times and latency profile; the science figures stay those of the main run.
 
 Torch-free.
 """
@@ -218,17 +218,6 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
         "",
         *_rule_time_lines(snapshot_dir, run["wall_s"]),
     ]
-    for other in sorted((snapshot_dir / OTHER_MACHINES).glob("*/run.json")):
-        other_run = json.loads(other.read_text())
-        other_precision = json.loads((other.parent / "precision.json").read_text())
-        parts += [
-            "",
-            f"**The same workflow on {other_run['machine']}**, with `{other_run['command']}` "
-            f"started {other_run['start']}: {other_run['wall_s'] / 60:.1f} min; decoding dtype "
-            f"**{other_precision['dtype']}** ({other_precision['reason']}).",
-            "",
-            *_rule_time_lines(other.parent, other_run["wall_s"]),
-        ]
     verify = ", ".join(
         f"{float(v) * 1e3:.0f} ms (gamma = {g})"
         for g, v in sorted(profile["target_verify_s"].items(), key=lambda kv: int(kv[0]))
@@ -240,6 +229,17 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
         f"{profile['target_token_s'] * 1e3:.0f} ms/token, target verification of gamma + 1 "
         f"tokens {verify}.",
     ]
+    for other in sorted((snapshot_dir / OTHER_MACHINES).glob("*/run.json")):
+        other_run = json.loads(other.read_text())
+        other_precision = json.loads((other.parent / "precision.json").read_text())
+        parts += [
+            "",
+            f"**The same workflow on {other_run['machine']}**, with `{other_run['command']}` "
+            f"started {other_run['start']}: {other_run['wall_s'] / 60:.1f} min; decoding dtype "
+            f"**{other_precision['dtype']}** ({other_precision['reason']}).",
+            "",
+            *_rule_time_lines(other.parent, other_run["wall_s"]),
+        ]
     bench = snapshot_dir / "bench_engine.md"
     if bench.is_file():
         parts += ["", "**Engine benchmark**:", "", bench.read_text().strip()]
