@@ -286,7 +286,7 @@ def test_a_worker_error_reaches_the_fetch(tmp_path, monkeypatch):
         return real(self, step, jobs)
 
     monkeypatch.setattr(fetch_module.RoleRunner, "run", broken_sources)
-    with pytest.raises(Exception, match="missing"):
+    with pytest.raises(ModelPairError, match="missing"):
         fetch_pair("tiny_random", out, corpus=CORPUS_A, progress=False, workers=2)
     assert not out.exists()
     assert [p.name for p in out.parent.iterdir()] == [".tiny_random.lock"]

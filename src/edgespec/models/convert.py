@@ -31,6 +31,7 @@ from edgespec.models.load import (
     load_tokenizer,
     logits_size,
 )
+from edgespec.models.presets import ModelPairError
 
 
 class _DropPackedGGUFWarning:
@@ -210,8 +211,8 @@ class RoleRunner:
         return results
 
 
-class ConversionError(RuntimeError):
-    """A worker process failed to convert a model or its tokenizer."""
+class ConversionError(ModelPairError):
+    """A worker process failed to convert a model or its tokenizer (its last line says why)."""
 
 
 def _worker(argv: Sequence[str]) -> int:
