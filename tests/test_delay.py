@@ -78,17 +78,20 @@ def test_sequences_end_to_end_price_as_separate_calls():
     downlink = np.linspace(1e4, 3e4, 10)
     starts = [0, 4, 6]
     kw = dict(resync_bits_per_skipped=15.0, downlink_bits=15.0, device_s=0.003)
-    joined = tokenwise_delays(
-        uploaded,
-        bits,
-        rates,
-        PROFILE,
-        0.02,
-        True,
-        downlink_rate_bps=downlink,
-        segment_starts=starts,
-        **kw,
-    )
+
+    def joined(**extra):
+        return tokenwise_delays(
+            uploaded,
+            bits,
+            rates,
+            PROFILE,
+            0.02,
+            True,
+            downlink_rate_bps=downlink,
+            segment_starts=starts,
+            **{**kw, **extra},
+        )
+
     bounds = [*starts, len(uploaded)]
     separate = np.concatenate(
         [
@@ -105,19 +108,8 @@ def test_sequences_end_to_end_price_as_separate_calls():
             for a, b in zip(bounds[:-1], bounds[1:], strict=True)
         ]
     )
-    np.testing.assert_allclose(joined, separate, rtol=0, atol=1e-15)
-    carried = joined - tokenwise_delays(
-        uploaded,
-        bits,
-        rates,
-        PROFILE,
-        0.02,
-        True,
-        downlink_rate_bps=downlink,
-        segment_starts=starts,
-        device_s=0.003,
-        downlink_bits=15.0,
-    )
+    np.testing.assert_allclose(joined(), separate, rtol=0, atol=1e-15)
+    carried = joined() - joined(resync_bits_per_skipped=0.0)
     np.testing.assert_allclose(
         carried[[1, 5, 6, 8]], 15.0 * np.array([1, 1, 0, 1]) / rates[[1, 5, 6, 8]]
     )
