@@ -18,8 +18,12 @@ range over repeats.
 
 Prints Markdown tables: tokens/s, ratios, peak resident memory, how many outputs equal
 target-only greedy, where the engine's time goes (draft forwards, target forwards, the rest),
-and, with ``--sweep``, the engine against target-only ``generate`` over batch sizes, which
-shows the crossover batch size where speculation stops paying on this machine.
+what speculation saves and costs against target-only ``generate`` at the same batch (every
+forward of both models is timed by hooks, so the target's decoding steps of ``generate`` and
+the engine's verifications are counted and priced alike: the target forwards saved, the extra
+width of each verification, the drafting), and, with ``--sweep``, the engine against
+target-only ``generate`` over batch sizes, which shows the crossover batch size where
+speculation stops paying on this machine.
 
     python bench/bench_engine.py --model-dir resources/models/qwen25coder --dtype bfloat16
 """
@@ -37,7 +41,7 @@ import torch
 
 from edgespec.data.chat import chat_token_ids
 from edgespec.data.prepare import load_records
-from edgespec.decoding.engine import DecodingConfig, RaggedCachedModel, generate_rounds
+from edgespec.decoding.engine import DecodingConfig, generate_rounds
 from edgespec.models.load import load_pair, stop_token_ids
 from edgespec.models.precision import cpu_flags, machine_summary, native_bf16
 from edgespec.seeding import numpy_rng, torch_generator
@@ -68,27 +72,49 @@ def _cut(tokens: list[int], eos: set[int], budget: int) -> list[int]:
 
 
 class ForwardClock:
-    """Wall time spent in each model's forward passes inside the engine."""
+    """Every forward pass of the draft and the target while active, by any method (the engine,
+    Hugging Face ``generate``, assisted generation): role, rows, new tokens per row, seconds."""
 
     def __init__(self, draft, target):
-        self.seconds = {"draft": 0.0, "target": 0.0}
-        self._names = {id(draft): "draft", id(target): "target"}
-        self._feed = RaggedCachedModel.feed
+        self.calls: list[tuple[str, int, int, float]] = []
+        self._models = {"draft": draft, "target": target}
+        self._handles = []
+        self._open: tuple[str, int, int, float] | None = None
 
     def __enter__(self):
-        clock, feed = self, self._feed
+        for role, model in self._models.items():
 
-        def timed(model_self, tokens, valid, logits_to_keep):
-            start = time.perf_counter()
-            out = feed(model_self, tokens, valid, logits_to_keep)
-            clock.seconds[clock._names[id(model_self.model)]] += time.perf_counter() - start
-            return out
+            def before(module, args, kwargs, role=role):
+                ids = kwargs.get("input_ids", args[0] if args else None)
+                rows, width = (0, 0) if ids is None else tuple(ids.shape)
+                self._open = (role, rows, width, time.perf_counter())
 
-        RaggedCachedModel.feed = timed
+            def after(module, args, kwargs, output):
+                role, rows, width, start = self._open
+                self.calls.append((role, rows, width, time.perf_counter() - start))
+
+            self._handles.append(model.register_forward_pre_hook(before, with_kwargs=True))
+            self._handles.append(model.register_forward_hook(after, with_kwargs=True))
         return self
 
     def __exit__(self, *exc):
-        RaggedCachedModel.feed = self._feed
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def seconds(self, role: str, widest: int | None = None, prefill: bool | None = None) -> float:
+        """Seconds in ``role``'s forwards; ``prefill`` True/False keeps only the forwards that
+        feed more / at most ``widest`` tokens per row (a prompt against a decoding step)."""
+        return sum(s for r, _, w, s in self._select(role, widest, prefill))
+
+    def count(self, role: str, widest: int | None = None, prefill: bool | None = None) -> int:
+        return len(self._select(role, widest, prefill))
+
+    def _select(self, role, widest, prefill):
+        calls = [c for c in self.calls if c[0] == role]
+        if prefill is None:
+            return calls
+        return [c for c in calls if (c[2] > widest) == prefill]
 
 
 def main() -> None:
@@ -178,6 +204,7 @@ def main() -> None:
         ("target-only generate", args.batch, prompts, lambda p: hf(p, args.batch)),
         (f"engine, gamma = {args.gamma}", args.batch, prompts, lambda p: engine(p, args.batch)),
     ]
+    widest = max(*gammas, args.gamma) + 1  # a forward feeding more per row is a prefill
     for _, _, prompt_list, run in methods:
         run(prompt_list[:1])  # warm-up: first calls allocate and pick kernels
     outputs: dict[tuple[str, int], list[list[int]]] = {}
@@ -193,7 +220,16 @@ def main() -> None:
             outputs.setdefault((label, batch), out)
             timings[(label, batch)].append(
                 {
-                    **clock.seconds,
+                    "draft": clock.seconds("draft"),
+                    "target": clock.seconds("target"),
+                    **{
+                        f"{role}_{part}_{kind}": getattr(clock, kind)(
+                            role, widest, part == "prefill"
+                        )
+                        for role in ("draft", "target")
+                        for part in ("prefill", "steps")
+                        for kind in ("seconds", "count")
+                    },
                     "total": elapsed,
                     "tokens": sum(len(o) for o in out),
                     "rss": _peak_rss_gib(),
@@ -266,6 +302,7 @@ def main() -> None:
         )
         rest = statistics.median(r["total"] - r["draft"] - r["target"] for r in runs)
         print(f"| {label} | {batch} | {draft_s:.1f} | {target_s:.1f} | {rest:.1f} | {total:.1f} |")
+    _print_balance(methods, timings)
     if args.sweep:
         print(
             "\ncrossover: tokens/s of target-only generate and of the engine (gamma = "
@@ -290,6 +327,71 @@ def main() -> None:
                 f"{_spread(ratios, 2, 'x')} |",
                 flush=True,
             )
+
+
+def _balance(run: dict[str, float], base: dict[str, float]) -> dict[str, float]:
+    """What speculation saves and costs in one engine run against target-only ``generate`` at
+    the same batch in the same repeat (seconds): fewer target decoding forwards save
+    (n0 - nv) * c0, the verifications being wider than one-token steps costs nv * (cv - c0),
+    drafting costs every draft forward; "rest" is what remains of the net difference (prefill
+    differences, the engine's own bookkeeping)."""
+    n0, nv = base["target_steps_count"], run["target_steps_count"]
+    c0 = base["target_steps_seconds"] / max(n0, 1)
+    cv = run["target_steps_seconds"] / max(nv, 1)
+    saved = (n0 - nv) * c0
+    width = nv * (cv - c0)
+    drafting = run["draft_prefill_seconds"] + run["draft_steps_seconds"]
+    net = run["total"] - base["total"]
+    return {
+        "n0": n0,
+        "c0": 1000 * c0,
+        "nv": nv,
+        "cv": 1000 * cv,
+        "saved": saved,
+        "width": width,
+        "drafting": drafting,
+        "rest": net - (width + drafting - saved),
+        "net": net,
+    }
+
+
+def _print_balance(methods, timings) -> None:
+    print(
+        "\nwhat speculation saves and costs against target-only generate at the same batch "
+        "(decoding forwards after the prompt's prefill; seconds, median over repeats, so a "
+        "row need not add up exactly):\n"
+    )
+    header = (
+        "method",
+        "batch",
+        "target-only steps (forwards x ms)",
+        "verifications (forwards x ms)",
+        "fewer target forwards save",
+        "wider verifications cost",
+        "drafting costs",
+        "everything else",
+        "net vs target-only",
+    )
+    print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
+    for label, batch, _, _ in methods:
+        if not label.startswith("engine"):
+            continue
+        rows = [
+            _balance(run, base)
+            for run, base in zip(
+                timings[(label, batch)], timings[("target-only generate", batch)], strict=True
+            )
+        ]
+        med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+        print(
+            f"| {label} | {batch} | {med['n0']:.0f} x {med['c0']:.0f} | "
+            f"{med['nv']:.0f} x {med['cv']:.0f} | {med['saved']:.1f} | {med['width']:.1f} | "
+            f"{med['drafting']:.1f} | {med['rest']:+.1f} | {med['net']:+.1f} |"
+        )
+    print(
+        "\nThe engine wins where the target forwards it saves outweigh drafting and the extra "
+        "width of each verification; the larger of those two costs is the one to cut."
+    )
 
 
 def _spread(values: list[float], digits: int, unit: str = "") -> str:
