@@ -595,6 +595,9 @@ def test_load_pair_reads_a_shared_tokenizer_once(tmp_path, tok_a, monkeypatch):
     )
     draft, target, tok = load_pair(tmp_path / "draft", tmp_path / "target", dtype="float32")
     assert loaded == [tmp_path / "target"]
+    # float32 on the CPU: the linear layers go through oneDNN (edgespec.models.cpu_linear)
+    assert {type(m).__name__ for m in target.modules()} >= {"OneDNNLinear"}
+    assert "Linear" not in {type(m).__name__ for m in draft.modules()}
     assert tok.get_vocab() == tok_a.get_vocab()
     # One changed byte in a tokenizer file: both are loaded and compared again.
     config = tmp_path / "draft" / "tokenizer_config.json"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.models.cast import ensure_cast
+from edgespec.models.cpu_linear import use_onednn_linear
 from edgespec.models.presets import PROVENANCE_FILE, ModelPairError, TokenizerMismatchError
 
 _PROBE_TEXTS = (
@@ -204,7 +205,8 @@ def load_pair(
     dtype: Any = "bfloat16",
     threads: int | None = None,
 ):
-    """Load a cached pair: tokenizers are checked first, then both models (``dtype``, eval).
+    """Load a cached pair: tokenizers are checked first, then both models (``dtype``, eval;
+    float32 linear layers on the CPU go through oneDNN, ``edgespec.models.cpu_linear``).
 
     Folders with byte-identical tokenizer files (a fetched pair sharing its tokenizer) load one
     tokenizer; otherwise both are loaded and compared (:func:`check_tokenizers_match`).
@@ -227,7 +229,9 @@ def load_pair(
         model = from_pretrained_or_hub(
             AutoModelForCausalLM, location, gguf_file, role, dtype=torch_dtype
         )
-        models.append(model.eval())
+        model.eval()
+        use_onednn_linear(model)  # float32 on the CPU only
+        models.append(model)
     draft, target = models
     n_draft, n_target = logits_size(draft), logits_size(target)
     if n_draft != n_target:

@@ -111,8 +111,12 @@ def time_products(
     repeats: int = 3,
 ) -> float:
     """Seconds for ``x @ W.T`` through ``layers`` distinct [out, in] weights (more than the
-    caches hold), summed over the row counts ``rows``; median of ``repeats`` after a warm-up."""
+    caches hold), summed over the row counts ``rows``; median of ``repeats`` after a warm-up.
+    The products take the route the loaded models' linear layers take
+    (``edgespec.models.cpu_linear.linear``)."""
     import torch
+
+    from edgespec.models.cpu_linear import linear
 
     torch_dtype = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(0)
@@ -126,7 +130,7 @@ def time_products(
         with torch.inference_mode():
             for x in inputs:
                 for w in weights:
-                    torch.nn.functional.linear(x, w)
+                    linear(x, w)
 
     run()
     times = []
@@ -223,6 +227,9 @@ def quantize_model(model, mode: str):
             "models.quantize: int8_dynamic needs float32 weights on the CPU "
             f"(got {param.dtype} on {param.device}); set models.dtype to float32 or auto"
         )
+    from edgespec.models.cpu_linear import plain_linear
+
+    plain_linear(model)  # quantize_dynamic maps layers by their exact class
     return quantize_dynamic(
         model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
     ).eval()
