@@ -266,7 +266,7 @@ def main() -> None:
         f"{args.repeats} interleaved repeats per method: median [lowest to highest]; each ratio "
         "is taken within a repeat\n"
     )
-    header = (
+    _print_header(
         "method",
         "batch",
         "prompts",
@@ -277,7 +277,6 @@ def main() -> None:
         "peak RSS (GiB)",
         "equal to target-only greedy",
     )
-    print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
     for label, batch, prompt_list, _ in methods:
         runs = timings[(label, batch)]
         base = timings[("target-only generate", batch)]
@@ -329,6 +328,10 @@ def main() -> None:
             )
 
 
+def _print_header(*names: str) -> None:
+    print("| " + " | ".join(names) + " |\n" + "|---" * len(names) + "|")
+
+
 def _balance(run: dict[str, float], base: dict[str, float]) -> dict[str, float]:
     """What speculation saves and costs in one engine run against target-only ``generate`` at
     the same batch in the same repeat (seconds): fewer target decoding forwards save
@@ -361,7 +364,7 @@ def _print_balance(methods, timings) -> None:
         "(decoding forwards after the prompt's prefill; seconds, median over repeats, so a "
         "row need not add up exactly):\n"
     )
-    header = (
+    _print_header(
         "method",
         "batch",
         "target-only steps (forwards x ms)",
@@ -372,7 +375,6 @@ def _print_balance(methods, timings) -> None:
         "everything else",
         "net vs target-only",
     )
-    print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
     for label, batch, _, _ in methods:
         if not label.startswith("engine"):
             continue
