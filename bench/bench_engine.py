@@ -31,6 +31,8 @@ speculation stops paying on this machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import statistics
 import sys
@@ -138,7 +140,16 @@ def main() -> None:
     ap.add_argument(
         "--sweep", type=int, nargs="*", default=[], help="batch sizes for the crossover table"
     )
+    ap.add_argument(
+        "--conclude",
+        type=Path,
+        metavar="OUTPUT",
+        help="only print the verdicts read off a saved output of this script",
+    )
     args = ap.parse_args()
+    if args.conclude is not None:
+        print("\n".join(conclusions(args.conclude.read_text())))
+        return
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
     gammas = args.gammas or [args.gamma]
@@ -242,6 +253,30 @@ def main() -> None:
                 flush=True,
             )
 
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, printed)):
+        _report(args, methods, timings, outputs, gammas, prompts, hf, engine)
+    print("\nverdicts:\n")
+    print("\n".join(f"- {line}" for line in conclusions(printed.getvalue())))
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
+def _report(args, methods, timings, outputs, gammas, prompts, hf, engine) -> None:
+    """Print the tables of a finished benchmark (and run the crossover sweep)."""
+    model_dir = Path(args.model_dir)
     flags = cpu_flags()
     summary = machine_summary(flags)
     native = native_bf16("cpu", flags)
@@ -328,6 +363,69 @@ def main() -> None:
             )
 
 
+def _table_rows(text: str, header: str) -> list[list[str]]:
+    """The cells of every row of the first Markdown table whose header row starts with the
+    cells ``header`` ("method | batch | prompts"), the header and the rule excluded."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(f"| {header} |"):
+            rows = []
+            for row in lines[i + 2 :]:
+                if not row.startswith("|"):
+                    break
+                rows.append([cell.strip() for cell in row.strip("|").split("|")])
+            return rows
+    return []
+
+
+def _median_of(cell: str) -> float:
+    """The median of a cell such as "0.84x [0.75x to 0.87x]" or "+10.0"."""
+    return float(cell.split()[0].rstrip("x"))
+
+
+def conclusions(text: str) -> list[str]:
+    """Sentences that read the verdicts off a finished benchmark's output (its Markdown
+    ``text``): which cost dominates where the engine loses, and the crossover batch size."""
+    out = []
+    balance = _table_rows(text, "method | batch | target-only steps (forwards x ms)")
+    for method, batch, _, _, saved, width, drafting, _, net in balance:
+        saved_s, width_s, drafting_s, net_s = map(float, (saved, width, drafting, net))
+        larger = "drafting" if drafting_s >= width_s else "the wider verifications"
+        verdict = "behind" if net_s > 0 else "ahead of"
+        out.append(
+            f"{method}, batch {batch}: {abs(net_s):.1f} s {verdict} target-only generate; "
+            f"fewer target forwards save {saved_s:.1f} s, drafting costs {drafting_s:.1f} s and "
+            f"the wider verifications {width_s:.1f} s: {larger} is the larger cost."
+        )
+    caption = next((line for line in text.splitlines() if line.startswith("crossover:")), None)
+    sweep = _table_rows(text, "batch | target-only generate")
+    if caption and sweep and "(gamma = " in caption:
+        gamma = caption.split("(gamma = ")[1].split(")")[0]
+        ratios = {}
+        for row in _table_rows(text, "method | batch | prompts"):  # batch 1 and --batch
+            if row[0] == f"engine, gamma = {gamma}":
+                ratios[int(row[1])] = _median_of(row[6])
+        for row in sweep:
+            ratios[int(row[0])] = _median_of(row[3])
+        ordered = sorted(ratios.items())
+        behind = [b for b, r in ordered if r < 1.0]
+        ahead = [b for b, r in ordered if r >= 1.0]
+        listing = ", ".join(f"{r:.2f}x at batch {b}" for b, r in ordered)
+        if behind and ahead and max(ahead) < min(behind):
+            where = f"ahead up to batch {max(ahead)}, behind from batch {min(behind)} on"
+        elif not behind:
+            where = "ahead at every batch size measured"
+        elif not ahead:
+            where = "behind at every batch size measured"
+        else:
+            where = "ahead and behind alternately (no single crossover)"
+        out.append(
+            f"crossover (engine at gamma = {gamma} against target-only generate, medians): "
+            f"{where}; {listing}."
+        )
+    return out
+
+
 def _print_header(*names: str) -> None:
     print("| " + " | ".join(names) + " |\n" + "|---" * len(names) + "|")
 
@@ -390,10 +488,6 @@ def _print_balance(methods, timings) -> None:
             f"{med['nv']:.0f} x {med['cv']:.0f} | {med['saved']:.1f} | {med['width']:.1f} | "
             f"{med['drafting']:.1f} | {med['rest']:+.1f} | {med['net']:+.1f} |"
         )
-    print(
-        "\nThe engine wins where the target forwards it saves outweigh drafting and the extra "
-        "width of each verification; the larger of those two costs is the one to cut."
-    )
 
 
 def _spread(values: list[float], digits: int, unit: str = "") -> str:
