@@ -82,27 +82,21 @@ def snapshot(
     """Copy a finished run's report files from ``workdir`` into ``dest`` (the snapshot); with
     ``timing_only``, only its precision record and per-rule times."""
     dest.mkdir(parents=True, exist_ok=True)
-    if timing_only:
-        precision = Path(workdir) / "results/machine/precision.json"
-        if not precision.is_file():
-            raise FileNotFoundError(f"{precision} is missing: run the workflow to the end first")
-        shutil.copyfile(precision, dest / "precision.json")
-        _write_rule_times(Path(workdir), dest)
-        (dest / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
-        return
-    for source, name in REPORT_FILES.items():
+    precision = "results/machine/precision.json"
+    required = {precision: REPORT_FILES[precision]} if timing_only else REPORT_FILES
+    for source, name in required.items():
         path = Path(workdir) / source
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing: run the workflow to the end first")
         shutil.copyfile(path, dest / name)
-    for source, name in OPTIONAL_REPORT_FILES.items():
+    for source, name in ({} if timing_only else OPTIONAL_REPORT_FILES).items():
         path = Path(workdir) / source
         if path.is_file():
             shutil.copyfile(path, dest / name)
         else:
             (dest / name).unlink(missing_ok=True)
     _write_rule_times(Path(workdir), dest)
-    if bench is not None:
+    if bench is not None and not timing_only:
         shutil.copyfile(bench, dest / "bench_engine.md")
     (dest / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
 

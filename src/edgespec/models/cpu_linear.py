@@ -21,11 +21,15 @@ bf16 already goes through oneDNN, and GPUs and models that need gradients keep `
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
+@functools.cache
 def onednn_available() -> bool:
-    """Whether this PyTorch build has oneDNN and its linear primitive."""
+    """Whether this PyTorch build has oneDNN and its linear primitive (asked once: every
+    routed layer's forward asks)."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
