@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from edgespec.wisv.head import (
+    HEAD_USES_CSI,
     REJECT_ALL_TAU,
     DecisionHead,
     HeadConfig,
@@ -19,6 +20,7 @@ from edgespec.wisv.head import (
     save_head,
     split_by_group,
     train_head,
+    untrained_heads,
 )
 
 D_DRAFT, D_TARGET, D_CSI = 6, 8, 2
@@ -183,6 +185,24 @@ def test_save_load_round_trip(tmp_path):
     assert torch.equal(head(xd, xt, csi), loaded(xd, xt, csi))
     assert not torch.equal(loaded.std, torch.ones_like(loaded.std))  # standardisation saved
     assert [p.name for p in path.parent.iterdir()] == ["head.pt"]  # no temp file left
+
+
+@pytest.mark.parametrize("hidden", [0, 4])
+def test_untrained_heads_have_the_trained_heads_sizes(hidden):
+    """profile_head times untrained heads in place of train_head's: every head must have the
+    sizes and parameter shapes the trained one gets, and read the CSI where it does."""
+    xd, xt, csi, y, groups = synthetic(n=300)
+    stand_ins = untrained_heads(D_DRAFT, D_TARGET, D_CSI, hidden)
+    assert (
+        set(stand_ins) == set(HEAD_USES_CSI) == {"wisv_head", "no_csi_head", "relabel_no_csi_head"}
+    )
+    for key, uses_csi in HEAD_USES_CSI.items():
+        cfg = HeadConfig(hidden=hidden, epochs=1, use_csi=uses_csi)
+        trained, _ = train_head(xd, xt, csi, y, groups, cfg)
+        assert stand_ins[key].arch() == trained.arch(), key
+        shapes = {name: tuple(t.shape) for name, t in trained.state_dict().items()}
+        assert {n: tuple(t.shape) for n, t in stand_ins[key].state_dict().items()} == shapes
+    assert stand_ins["wisv_head"].d_csi == D_CSI and stand_ins["no_csi_head"].d_csi == 0
 
 
 def test_head_inputs_and_broadcast_csi():

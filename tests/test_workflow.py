@@ -77,6 +77,7 @@ def test_dry_run_default_config(tmp_path):
         "mine_labels",
         "relabel_csi",
         "train_head",
+        "profile_head",
         "decode_wisv",
         "evaluate_wisv",
         "report_wisv",
@@ -498,6 +499,18 @@ RERUNS = {
         {"channels": {"snr_db": [-20, 0, 10]}},
         # re-priced, and the joint k* table re-solved from the saved curves: no decoding
         {"evaluate_cuhlm": len(CUHLM_VARIANTS), "joint_kstar": 1, "report_cuhlm": 1, "all": 1},
+    ),
+    "head time": (
+        {"latency": {"given": {"head_round_s": 0.001}}},
+        {
+            # the head's time is profile_head's: no head is trained again, nothing decoded
+            "profile_head": 1,
+            "evaluate_wisv": 4 * 2,  # the four head variants on both channels
+            "report_wisv": 1,
+            "simulate_multidevice": 1,  # wisv_sh
+            "report_multidevice": 1,
+            "all": 1,
+        },
     ),
     "report-only": (
         {"cuhlm": {"risk_budgets": [0.1]}},

@@ -56,6 +56,14 @@ CALIB_SHARDS = dataset_shards("calib")  # mine_labels
 MODEL_THREADS = MODELS["threads"]
 
 
+# Among the ready jobs Snakemake starts the set with the largest summed priority that fits the
+# free cores. A rule that times models needs every core, so it can start only when all cores are
+# free at once, which a run of one-core jobs rarely leaves: with this priority the timing rules
+# take the moments when they are (after fetch_models and after select_dtype) instead of waiting
+# until no one-core job is ready.
+PRIORITY_TIMING = 100
+
+
 def timing_threads(wildcards):
     """Threads of a rule whose results are timings (the dtype probe, the latency and batching
     profiles, the head's time per round): every local core, so that no other job runs beside
@@ -92,11 +100,11 @@ PROFILE_GAMMAS = sorted(
     | {config["wisv"]["relabel"]["gamma"]}
 )
 LATENCY_MEASURED = config["latency"]["mode"] == "measured"
-# latency.given without the head's time per round, which only train_head reads.
+# latency.given without the head's time per round, which only profile_head reads.
 GIVEN_PROFILE = {
     k: v for k, v in config["latency"]["given"].items() if k != "head_round_s"
 }
-# What train_head reads of `latency` to charge the head's time per round.
+# What profile_head reads of `latency` to charge the head's time per round.
 HEAD_TIMING = (
     {"mode": "measured", "repeats": config["latency"]["repeats"]}
     if LATENCY_MEASURED
@@ -329,11 +337,14 @@ def wisv_head_inputs(wildcards):
     return []
 
 
-def wisv_head_metrics(wildcards):
-    """Head variants are charged the head's measured time per round (train_head measures it)."""
+HEAD_TIMES = "results/latency/head.json"
+
+
+def wisv_head_times(wildcards):
+    """Head variants are charged the head's time per round (profile_head)."""
     if wildcards.wvariant == "vanilla_sd" or wildcards.wvariant == "topk_accept":
         return []
-    return ["results/wisv/head/metrics.json"]
+    return [HEAD_TIMES]
 
 
 def wisv_scored_decodes():
@@ -445,7 +456,7 @@ def multidevice_extras(wildcards):
     extras = {"provenance": model_provenance()}
     # The head variants are charged their decision head's measured time.
     if method not in ("vanilla_sd", "topk_accept"):
-        extras["head"] = "results/wisv/head/metrics.json"
+        extras["head"] = HEAD_TIMES
     return extras
 
 

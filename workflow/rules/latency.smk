@@ -11,6 +11,7 @@ rule profile_latency:
         "logs/profile_latency.log",
     benchmark:
         "benchmarks/profile_latency.tsv"
+    priority: PRIORITY_TIMING
     conda:
         "../envs/edgespec.yaml"
     threads: timing_threads
@@ -34,3 +35,33 @@ rule profile_latency:
         seed=config["seed"] if LATENCY_MEASURED else None,
     script:
         "../scripts/profile_latency.py"
+
+
+rule profile_head:
+    """Time each WISV decision head per round on this machine (or take latency.given's), on
+    untrained heads of the trained heads' sizes: the edge's head time is known before the labels
+    the heads learn from."""
+    input:
+        # the pair's hidden sizes; a given time reads nothing
+        provenance=model_provenance() if LATENCY_MEASURED else [],
+    output:
+        times=HEAD_TIMES,
+    log:
+        "logs/profile_head.log",
+    benchmark:
+        "benchmarks/profile_head.tsv"
+    priority: PRIORITY_TIMING
+    conda:
+        "../envs/edgespec.yaml"
+    threads: timing_threads
+    resources:
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(10),
+    params:
+        latency=HEAD_TIMING,
+        gamma=max(config["wisv"]["gammas"]),
+        # what sizes the heads: a given time reads neither
+        head_hidden=config["wisv"]["head"]["hidden"] if LATENCY_MEASURED else None,
+        csi_features=config["wisv"]["csi_features"] if LATENCY_MEASURED else None,
+    script:
+        "../scripts/profile_head.py"

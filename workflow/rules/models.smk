@@ -37,6 +37,7 @@ rule select_dtype:
         precision=PRECISION,
     log:
         "logs/select_dtype.log",
+    priority: PRIORITY_TIMING
     conda:
         "../envs/edgespec.yaml"
     threads: timing_threads

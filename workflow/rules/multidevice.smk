@@ -20,6 +20,7 @@ rule profile_batching:
         "logs/profile_batching.log",
     benchmark:
         "benchmarks/profile_batching.tsv"
+    priority: PRIORITY_TIMING
     conda:
         "../envs/edgespec.yaml"
     threads: timing_threads

@@ -10,7 +10,7 @@ from edgespec.artifacts import write_json  # noqa: E402
 params = snakemake.params
 latency = params.latency
 if latency["mode"] == "given":
-    # The head's time is not a profile entry: train_head reads latency.given.head_round_s.
+    # The head's time is not a profile entry: profile_head reads latency.given.head_round_s.
     given = {k: v for k, v in latency["given"].items() if k != "head_round_s"}
     profile = {**given, "source": "given"}
 else:

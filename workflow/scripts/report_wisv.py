@@ -45,6 +45,7 @@ top = headline(summary)
 write_csv(top, snakemake.output.headline)
 
 head = read_json(snakemake.input.head)
+head_times = read_json(snakemake.input.head_times)
 labels = read_json(snakemake.input.labels)
 relabel = read_json(snakemake.input.relabel)
 provenance = read_json(snakemake.input.provenance)
@@ -69,7 +70,7 @@ heads = pd.DataFrame(
             "tau": head[key]["tau"],
             "val accept rate": head[key]["val_accept_rate"],
             "val unsafe accept rate": head[key]["val_unsafe_accept_rate"],
-            "time per round (s)": head["head_round_s"][key],
+            "time per round (s)": head_times["head_round_s"][key],
         }
         for key, label in head_names.items()
     ]
@@ -131,7 +132,7 @@ lines = [
     f"({validation['important']} important) of {len(validation['prompts'])} held-out prompts, "
     f"under the same budget ({validation['max_accuracy_drop']:g} accepted important risk per "
     f"mismatch; the CSI head averaged over the {validation['csi_states']} CSI samples). Head "
-    f"time: {head['head_time_source']}, gamma = {head['head_time_gamma']}.",
+    f"time: {head_times['head_time_source']}, gamma = {head_times['head_time_gamma']}.",
     markdown_table(heads),
     "Accept rate of the WISV head on the same mined mismatches at each channel's mean state: "
     + ", ".join(f"{k} {v:.3f}" for k, v in head["accept_rate_by_channel"].items())

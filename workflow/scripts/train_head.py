@@ -1,7 +1,7 @@
 """Rule train_head (WISV wing, edgespec.wisv.head): the WISV head (hidden states + CSI, relabeled
 labels) and its ablations (no CSI on the original labels; no CSI on the relabeled labels), each
 tau chosen against the same original labels of the same validation prompts under the same
-budget; the head's time per round (edgespec.profiling)."""
+budget. The heads' time per round is rule profile_head's."""
 
 from edgespec.artifacts import setup_logging
 
@@ -15,9 +15,9 @@ import torch
 
 from edgespec import plots
 from edgespec.artifacts import write_json
-from edgespec.profiling import measure_head_round_s
 from edgespec.wireless.channel import ChannelCondition, csi_features
 from edgespec.wisv.head import (
+    HEAD_USES_CSI,
     HeadConfig,
     choose_threshold,
     head_accept_probability,
@@ -116,17 +116,24 @@ def fit(name: str, frame: pd.DataFrame, rows: np.ndarray, labels: np.ndarray, us
 rows = relabeled["mismatch"].to_numpy()
 relabels = relabeled["label_csi"].to_numpy()
 heads = {
-    "wisv_head": fit("wisv_head", relabeled, rows, relabels, True, relabel_split),
+    "wisv_head": fit(
+        "wisv_head", relabeled, rows, relabels, HEAD_USES_CSI["wisv_head"], relabel_split
+    ),
     "no_csi_head": fit(
         "no_csi_head",
         table,
         np.arange(len(table)),
         table["label"].to_numpy(),
-        False,
+        HEAD_USES_CSI["no_csi_head"],
         (train_rows, val_rows),
     ),
     "relabel_no_csi_head": fit(
-        "relabel_no_csi_head", relabeled, rows, relabels, False, relabel_split
+        "relabel_no_csi_head",
+        relabeled,
+        rows,
+        relabels,
+        HEAD_USES_CSI["relabel_no_csi_head"],
+        relabel_split,
     ),
 }
 # Does the head use the CSI? Accept rate on the same mismatches at each evaluation channel's
@@ -139,21 +146,6 @@ for name, spec in params.channels.items():
     q = head_accept_probability(wisv_head, draft_hidden, target_hidden, csi).numpy()
     accept_by_channel[name] = float((q >= wisv_metrics["tau"]).mean())
 logging.info("WISV head accept rate by channel: %s", accept_by_channel)
-
-# The head's compute per round: measured here, or the emulated hardware's (latency.given).
-gamma = max(wisv["gammas"])
-if params.latency["mode"] == "given":
-    head_round_s = {key: params.latency["given"]["head_round_s"] for key in heads}
-    head_time_source = "given"
-else:
-    head_round_s = {
-        key: measure_head_round_s(
-            head, gamma, states[:1] if head.d_csi else None, params.latency["repeats"]
-        )
-        for key, (head, *_rest) in heads.items()
-    }
-    head_time_source = "measured"
-logging.info("head time per round (gamma=%d, %s): %s", gamma, head_time_source, head_round_s)
 
 paths = {
     "wisv_head": snakemake.output.wisv_head,
@@ -176,9 +168,6 @@ write_json(
             "max_accuracy_drop": hc["max_accuracy_drop"],
         },
         "accept_rate_by_channel": accept_by_channel,
-        "head_round_s": head_round_s,
-        "head_time_source": head_time_source,
-        "head_time_gamma": gamma,
         **{f"tau_table_{key}": t.to_dict(orient="list") for key, (_, _, t, _) in heads.items()},
     },
     snakemake.output.metrics,

@@ -60,7 +60,7 @@ HEAD_OF_VARIANT = {
     "wisv_fh": "wisv_head",
     "wisv_sh": "wisv_head",
 }
-"""The decision head each head variant runs (its key in rule train_head's ``head_round_s``)."""
+"""The decision head each head variant runs (its key in rule profile_head's ``head_round_s``)."""
 
 PROMPT_COLUMNS = (
     "fading_index",

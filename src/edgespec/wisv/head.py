@@ -325,6 +325,25 @@ def train_head(
     return head, metrics
 
 
+HEAD_USES_CSI = {"wisv_head": True, "no_csi_head": False, "relabel_no_csi_head": False}
+"""The heads rule train_head trains (the WISV head and its two no-CSI ablations), by key, and
+whether each reads the CSI."""
+
+
+def untrained_heads(
+    d_draft: int, d_target: int, d_csi: int, hidden: int
+) -> dict[str, DecisionHead]:
+    """Every head of :data:`HEAD_USES_CSI` with the sizes :func:`train_head` gives it (hidden
+    states ``d_draft`` and ``d_target`` wide, ``d_csi`` CSI features where the head reads them,
+    ``hidden`` as :attr:`HeadConfig.hidden`) and untrained weights: a head's compute per round
+    depends on its sizes, not on its weights, so it can be timed before the labels it is
+    trained on exist."""
+    return {
+        key: DecisionHead(d_draft, d_target, d_csi if uses_csi else 0, hidden)
+        for key, uses_csi in HEAD_USES_CSI.items()
+    }
+
+
 def choose_threshold(
     q_val: Any,
     y_safe_val: Any,
