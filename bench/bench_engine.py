@@ -388,7 +388,7 @@ def conclusions(text: str) -> list[str]:
     ``text``): which cost dominates where the engine loses, and the crossover batch size."""
     out = []
     balance = _table_rows(text, "method | batch | target-only steps (forwards x ms)")
-    for method, batch, _, _, saved, width, drafting, _, net in balance:
+    for method, batch, steps, verifications, saved, width, drafting, _, net in balance:
         saved_s, width_s, drafting_s, net_s = map(float, (saved, width, drafting, net))
         larger = "drafting" if drafting_s >= width_s else "the wider verifications"
         verdict = "behind" if net_s > 0 else "ahead of"
@@ -397,6 +397,9 @@ def conclusions(text: str) -> list[str]:
             f"fewer target forwards save {saved_s:.1f} s, drafting costs {drafting_s:.1f} s and "
             f"the wider verifications {width_s:.1f} s: {larger} is the larger cost."
         )
+        need = _what_the_goal_needs(steps, verifications, drafting_s)
+        if need:
+            out.append(f"{method}, batch {batch}: {need}")
     caption = next((line for line in text.splitlines() if line.startswith("crossover:")), None)
     sweep = _table_rows(text, "batch | target-only generate")
     if caption and sweep and "(gamma = " in caption:
@@ -424,6 +427,45 @@ def conclusions(text: str) -> list[str]:
             f"{where}; {listing}."
         )
     return out
+
+
+GOAL_SPEEDUP = 1.3
+"""The decoding speed-up over target-only ``generate`` the verdicts price (the project's batch-1
+target)."""
+
+
+def _what_the_goal_needs(steps: str, verifications: str, drafting_s: float) -> str | None:
+    """Where the engine's decoding forwards fall short of :data:`GOAL_SPEEDUP` over target-only
+    decoding, what would reach it with the same number of verifications: the costliest
+    verification at the same drafting, or the most the drafting may cost at the same
+    verifications. ``steps`` and ``verifications`` are cells "forwards x ms" of the balance
+    table; None where the goal is met."""
+    n0, c0 = (float(v) for v in steps.split(" x "))
+    nv, cv = (float(v) for v in verifications.split(" x "))
+    budget = n0 * c0 / 1000 / GOAL_SPEEDUP  # seconds of decoding forwards the goal allows
+    if nv == 0 or nv * cv / 1000 + drafting_s <= budget:
+        return None
+    speedup = n0 * c0 / 1000 / (nv * cv / 1000 + drafting_s)
+    largest_cv = 1000 * (budget - drafting_s) / nv
+    if largest_cv <= 0:
+        return (
+            f"its decoding forwards run {speedup:.2f}x target-only's; its drafting alone "
+            f"({drafting_s:.1f} s) takes longer than {GOAL_SPEEDUP}x allows for all decoding "
+            f"forwards ({budget:.1f} s)."
+        )
+    below_a_step = " (less than a one-token step)" if largest_cv < c0 else ""
+    drafting_left = budget - nv * cv / 1000
+    alternative = (
+        f"or drafting of at most {drafting_left:.1f} s at these verifications (now "
+        f"{drafting_s:.1f} s)"
+        if drafting_left > 0
+        else f"and no drafting would do at these verifications ({nv * cv / 1000:.1f} s alone)"
+    )
+    return (
+        f"its decoding forwards run {speedup:.2f}x target-only's; {GOAL_SPEEDUP}x would need "
+        f"verifications of at most {largest_cv:.0f} ms{below_a_step} at this drafting "
+        f"(now {cv:.0f} ms, a one-token step {c0:.0f} ms), {alternative}."
+    )
 
 
 def _print_header(*names: str) -> None:

@@ -1,0 +1,69 @@
+"""The engine benchmark's verdicts (bench/bench_engine.py, not part of the package), read off a
+saved output, against hand-computed cases."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_engine.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_engine", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HEADER = (
+    "| method | batch | target-only steps (forwards x ms) | verifications (forwards x ms) | "
+    "fewer target forwards save | wider verifications cost | drafting costs | everything else "
+    "| net vs target-only |\n" + "|---" * 9 + "|\n"
+)
+BALANCE = (
+    "what speculation saves and costs\n\n"
+    + HEADER
+    + "| engine, gamma = 2 | 1 | 62 x 323 | 27 x 534 | 11.3 | 5.7 | 8.1 | +0.0 | +2.5 |\n"
+    + "| engine, gamma = 4 | 1 | 62 x 323 | 20 x 330 | 13.6 | 0.1 | 2.0 | +0.0 | -11.5 |\n"
+    + "| engine, gamma = 4 | 16 | 31 x 897 | 13 x 1649 | 16.1 | 8.7 | 17.5 | -15.8 | -7.4 |\n"
+)
+
+
+def test_verdicts_price_what_the_goal_needs(bench):
+    lines = bench.conclusions(BALANCE)
+    # 62 x 0.323 s = 20.03 s of target-only steps; 1.3x allows 15.40 s. The engine spends
+    # 27 x 0.534 + 8.1 = 22.52 s (0.89x): verifications of at most (15.40 - 8.1) / 27 = 271 ms,
+    # or drafting of at most 15.40 - 14.42 = 1.0 s.
+    assert lines[0].startswith("engine, gamma = 2, batch 1: 2.5 s behind target-only generate")
+    assert "drafting is the larger cost" in lines[0]
+    assert lines[1] == (
+        "engine, gamma = 2, batch 1: its decoding forwards run 0.89x target-only's; 1.3x would "
+        "need verifications of at most 271 ms (less than a one-token step) at this drafting "
+        "(now 534 ms, a one-token step 323 ms), or drafting of at most 1.0 s at these "
+        "verifications (now 8.1 s)."
+    )
+    # 20 x 0.330 + 2.0 = 8.6 s <= 15.40 s: the goal is met, no second line
+    assert lines[2].startswith("engine, gamma = 4, batch 1: 11.5 s ahead of")
+    # 31 x 0.897 = 27.81 s, 1.3x allows 21.39 s: (21.39 - 17.5) / 13 = 299 ms, and 13 x 1.649 =
+    # 21.44 s of verifications alone
+    assert lines[3].startswith("engine, gamma = 4, batch 16: 7.4 s ahead of")
+    assert lines[4].endswith(
+        "verifications of at most 299 ms (less than a one-token step) at this drafting (now "
+        "1649 ms, a one-token step 897 ms), and no drafting would do at these verifications "
+        "(21.4 s alone)."
+    )
+    assert len(lines) == 5
+
+
+def test_drafting_alone_over_the_goal(bench):
+    # 10 x 0.1 = 1.0 s of steps allow 0.77 s; drafting alone takes 0.9 s
+    line = bench._what_the_goal_needs("10 x 100", "4 x 150", 0.9)
+    assert line == (
+        "its decoding forwards run 0.67x target-only's; its drafting alone (0.9 s) takes longer "
+        "than 1.3x allows for all decoding forwards (0.8 s)."
+    )
+    assert bench._what_the_goal_needs("10 x 100", "0 x 0", 0.0) is None
