@@ -60,7 +60,8 @@ MODEL_THREADS = MODELS["threads"]
 # free cores. A rule that times models needs every core, so it can start only when all cores are
 # free at once, which a run of one-core jobs rarely leaves: with this priority the timing rules
 # take the moments when they are (after fetch_models and after select_dtype) instead of waiting
-# until no one-core job is ready.
+# until no one-core job is ready. prepare_data has it too: the profiles read its prompts, and a
+# profile whose input is still missing when select_dtype ends misses that moment.
 PRIORITY_TIMING = 100
 
 

@@ -12,6 +12,9 @@ rule prepare_data:
         prompts="results/data/{dataset}.jsonl",
     log:
         "logs/prepare_data/{dataset}.log",
+    # The latency and batching profiles read the prepared prompts: prepared first, they are
+    # ready when select_dtype frees every core.
+    priority: PRIORITY_TIMING
     conda:
         "../envs/edgespec.yaml"
     threads: 1
