@@ -63,6 +63,12 @@ MODEL_THREADS = MODELS["threads"]
 # until no one-core job is ready. prepare_data has it too: the profiles read its prompts, and a
 # profile whose input is still missing when select_dtype ends misses that moment.
 PRIORITY_TIMING = 100
+# The two chains that gate decodes: calibration (collect_traces, fit_calibration,
+# risk_thresholds, optimize_k) gates the CU-HLM variants that read thresholds or k*, and labels
+# (mine_labels to train_head) gate the WISV head variants. Started before the independent
+# decodes, the decodes they gate are ready while the others still fill the cores, instead of
+# running last with one core idle.
+PRIORITY_CHAIN = 50
 
 
 def timing_threads(wildcards):

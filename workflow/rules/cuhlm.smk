@@ -13,6 +13,7 @@ rule fit_calibration:
         ),
     log:
         "logs/fit_calibration.log",
+    priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: 1
@@ -40,6 +41,7 @@ rule risk_thresholds:
         thresholds="results/cuhlm/calibration/thresholds.csv",
     log:
         "logs/risk_thresholds.log",
+    priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: 1
@@ -76,6 +78,7 @@ rule optimize_k:
         "logs/optimize_k.log",
     benchmark:
         "benchmarks/optimize_k.tsv"
+    priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS

@@ -12,6 +12,7 @@ rule collect_traces:
         "logs/collect_traces/{dataset}.log",
     benchmark:
         "benchmarks/collect_traces/{dataset}.tsv"
+    priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS

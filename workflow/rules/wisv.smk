@@ -13,6 +13,7 @@ rule mine_labels:
         "logs/mine_labels/{shard}.log",
     benchmark:
         "benchmarks/mine_labels/{shard}.tsv"
+    priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
@@ -55,6 +56,7 @@ rule join_labels:
         summary="results/wisv/labels/summary.json",
     log:
         "logs/join_labels.log",
+    priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: 1
@@ -88,6 +90,7 @@ rule relabel_csi:
         "logs/relabel_csi.log",
     benchmark:
         "benchmarks/relabel_csi.tsv"
+    priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: 1
@@ -127,6 +130,7 @@ rule train_head:
         "logs/train_head.log",
     benchmark:
         "benchmarks/train_head.tsv"
+    priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
     threads: 1
