@@ -62,13 +62,14 @@ MODEL_THREADS = MODELS["threads"]
 # take the moments when they are (after fetch_models and after select_dtype) instead of waiting
 # until no one-core job is ready. prepare_data has it too: the profiles read its prompts, and a
 # profile whose input is still missing when select_dtype ends misses that moment.
-PRIORITY_TIMING = 100
+PRIORITY_TIMING = 10_000
 # The two chains that gate decodes: calibration (collect_traces, fit_calibration,
 # risk_thresholds, optimize_k) gates the CU-HLM variants that read thresholds or k*, and labels
 # (mine_labels to train_head) gate the WISV head variants. Started before the independent
 # decodes, the decodes they gate are ready while the others still fill the cores, instead of
-# running last with one core idle.
-PRIORITY_CHAIN = 50
+# running last with one core idle. Snakemake sums the priorities of the jobs it starts together,
+# so a timing rule's must exceed one chain job's per core: a thousand cores' worth here.
+PRIORITY_CHAIN = 10
 
 
 def timing_threads(wildcards):
