@@ -11,7 +11,7 @@ import torch
 import edgespec.models.cast as cast_module
 from edgespec.models.cast import CAST_FILE, cast_dir_of
 from edgespec.models.fetch import fetch_pair
-from edgespec.models.load import load_pair_from_dir
+from edgespec.models.load import load_pair_from_dir, pair_source
 
 CORPUS = ["def add(a, b):\n    return a + b", "x = [i * i for i in range(10)]", "print('hi')"]
 
@@ -102,3 +102,14 @@ def test_a_killed_copy_is_cleaned_up_and_written_again(float32_cache, monkeypatc
     monkeypatch.setattr(cast_module, "_write_cast", real_write)
     load_pair_from_dir(float32_cache, {"dtype": "bfloat16"})
     assert (copy / CAST_FILE).is_file()
+
+
+def test_pair_source_writes_the_copy_before_any_load(float32_cache, monkeypatch):
+    """Rule select_dtype writes the copy with pair_source, so the loads after it only read."""
+    assert pair_source(float32_cache, "float32") == float32_cache  # the stored dtype: no copy
+    assert not cast_dir_of(float32_cache, "float32").exists()
+    copy = pair_source(float32_cache, "bfloat16")
+    assert copy == cast_dir_of(float32_cache, "bfloat16") and (copy / CAST_FILE).is_file()
+    _forbid_writes(monkeypatch)
+    draft, _, _ = load_pair_from_dir(float32_cache, {"dtype": "bfloat16"})
+    assert _loaded_from(draft).startswith(str(copy))

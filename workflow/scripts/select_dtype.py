@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from edgespec.artifacts import write_json
+from edgespec.models.load import pair_source
 from edgespec.models.precision import choose_dtype
 
 params = snakemake.params
@@ -30,5 +31,8 @@ choice = choose_dtype(
     quantize=params.quantize,
 )
 logging.info("decoding dtype %s: %s", choice.dtype, choice.reason)
+# The pair in that dtype is written here, once, while this rule holds every core: the first job
+# to load it would otherwise write it, and a rule that times the models could be that job.
+pair_source(params.model_dir, choice.dtype)
 record = {**choice.to_dict(), "torch_threads": torch.get_num_threads()}
 write_json(record, snakemake.output.precision)

@@ -3,8 +3,9 @@
 The pair is stored once, in the precision it was converted to (``fetch``: float32 for the
 default GGUF pair), so that a change of ``models.dtype`` never fetches again. Casting it on
 every load costs each model job a pass over the float32 weights (8.2 GB for the default pair,
-about 3 s) and a peak resident size of about 12 GB. The first job that asks for another dtype
-writes the cast pair beside the cache, ``<cache>.as-<dtype>/{draft,target}`` (4.6 GB in
+about 3 s) and a peak resident size of about 12 GB. Rule select_dtype, which picks the dtype,
+writes the cast pair beside the cache (or, outside the workflow, the first load that asks for
+another dtype does), ``<cache>.as-<dtype>/{draft,target}`` (4.6 GB in
 bfloat16 for the default pair), and every later job memory-maps that copy.
 
 A copy records which stored pair it came from (the sha256 of its ``provenance.json``); a
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -113,6 +115,9 @@ def ensure_cast(model_dir: Path, dtype_name: str) -> Path:
             except BaseException:
                 shutil.rmtree(build, ignore_errors=True)
                 raise
+            # Several GB were just written: flush them now, so that what runs next (a rule
+            # that times the models, say) does not share the machine with their writeback.
+            os.sync()
     except OSError as exc:
         log.warning(
             "could not write a %s copy of %s beside it (%s); casting as it loads",

@@ -246,6 +246,17 @@ def load_pair(
     return draft, target, target_tok
 
 
+def pair_source(model_dir: str | Path, dtype: str) -> Path:
+    """The folder to load the pair cached in ``model_dir`` from in ``dtype``: the cache itself
+    where it holds that dtype, else its cast copy (``edgespec.models.cast``), written now if
+    missing or stale."""
+    model_dir = Path(model_dir)
+    stored = json.loads((model_dir / PROVENANCE_FILE).read_text()).get("dtype")
+    if canonical_dtype_name(dtype) != stored:
+        return ensure_cast(model_dir, canonical_dtype_name(dtype))
+    return model_dir
+
+
 def load_pair_from_dir(
     model_dir: str | Path, models: dict | None = None, threads: int | None = None
 ):
@@ -266,10 +277,7 @@ def load_pair_from_dir(
             "`snakemake --forcerun fetch_models`"
         )
     dtype = models.get("dtype") or "bfloat16"
-    source = model_dir
-    stored = json.loads((model_dir / PROVENANCE_FILE).read_text()).get("dtype")
-    if canonical_dtype_name(dtype) != stored:
-        source = ensure_cast(model_dir, canonical_dtype_name(dtype))
+    source = pair_source(model_dir, dtype)
     draft, target, tokenizer = load_pair(
         source / "draft", source / "target", dtype=dtype, threads=threads
     )
