@@ -30,19 +30,23 @@ rule fetch_models:
 
 
 rule select_dtype:
-    """The decoding dtype of this run: models.dtype, or for auto the faster one on this machine."""
+    """The decoding dtype of this run: models.dtype, or for auto the faster one on this machine;
+    and the pair's cast copy in that dtype where the cache holds another."""
     input:
         provenance=model_provenance(),
     output:
         precision=PRECISION,
     log:
         "logs/select_dtype.log",
+    benchmark:
+        "benchmarks/select_dtype.tsv"
     priority: PRIORITY_TIMING
     conda:
         "../envs/edgespec.yaml"
     threads: timing_threads
     resources:
-        mem_mb=grows_with_attempt(2000),
+        # writing the default pair's bf16 copy peaked at 10.5 GB resident (a load and a save)
+        mem_mb=grows_with_attempt(16000),
         runtime=grows_with_attempt(10),
     params:
         model_dir=model_dir_of,
