@@ -12,6 +12,7 @@ import edgespec.models.cast as cast_module
 from edgespec.models.cast import CAST_FILE, cast_dir_of
 from edgespec.models.fetch import fetch_pair
 from edgespec.models.load import load_pair_from_dir, pair_source
+from edgespec.models.presets import ModelPairError
 
 CORPUS = ["def add(a, b):\n    return a + b", "x = [i * i for i in range(10)]", "print('hi')"]
 
@@ -113,3 +114,18 @@ def test_pair_source_writes_the_copy_before_any_load(float32_cache, monkeypatch)
     _forbid_writes(monkeypatch)
     draft, _, _ = load_pair_from_dir(float32_cache, {"dtype": "bfloat16"})
     assert _loaded_from(draft).startswith(str(copy))
+
+
+def test_a_cache_without_its_provenance_record_names_it(float32_cache):
+    """select_dtype (pair_source) and every model job (load_pair_from_dir) get the same clear
+    error where the cache was removed or moved after fetch_models."""
+    (float32_cache / "provenance.json").unlink()
+    for call in (
+        lambda: pair_source(float32_cache, "bfloat16"),
+        lambda: load_pair_from_dir(float32_cache, {"dtype": "float32"}),
+    ):
+        with pytest.raises(
+            ModelPairError, match="provenance.json is missing.*forcerun fetch_models"
+        ):
+            call()
+    assert not cast_dir_of(float32_cache, "bfloat16").exists()

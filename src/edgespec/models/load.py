@@ -249,8 +249,14 @@ def load_pair(
 def pair_source(model_dir: str | Path, dtype: str) -> Path:
     """The folder to load the pair cached in ``model_dir`` from in ``dtype``: the cache itself
     where it holds that dtype, else its cast copy (``edgespec.models.cast``), written now if
-    missing or stale."""
+    missing or stale. A cache without its provenance record is a :class:`ModelPairError`."""
     model_dir = Path(model_dir)
+    if not (model_dir / PROVENANCE_FILE).is_file():
+        raise ModelPairError(
+            f"no complete model pair in {model_dir} ({PROVENANCE_FILE} is missing): the cache "
+            "was removed or moved after fetch_models ran; fetch it again with "
+            "`snakemake --forcerun fetch_models`"
+        )
     stored = json.loads((model_dir / PROVENANCE_FILE).read_text()).get("dtype")
     if canonical_dtype_name(dtype) != stored:
         return ensure_cast(model_dir, canonical_dtype_name(dtype))
@@ -270,12 +276,6 @@ def load_pair_from_dir(
     """
     model_dir = Path(model_dir)
     models = models or {}
-    if not (model_dir / PROVENANCE_FILE).is_file():
-        raise ModelPairError(
-            f"no complete model pair in {model_dir} ({PROVENANCE_FILE} is missing): the cache "
-            "was removed or moved after fetch_models ran; fetch it again with "
-            "`snakemake --forcerun fetch_models`"
-        )
     dtype = models.get("dtype") or "bfloat16"
     source = pair_source(model_dir, dtype)
     draft, target, tokenizer = load_pair(
