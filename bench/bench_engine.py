@@ -442,10 +442,11 @@ def _what_the_goal_needs(steps: str, verifications: str, drafting_s: float) -> s
     table; None where the goal is met."""
     n0, c0 = (float(v) for v in steps.split(" x "))
     nv, cv = (float(v) for v in verifications.split(" x "))
-    budget = n0 * c0 / 1000 / GOAL_SPEEDUP  # seconds of decoding forwards the goal allows
-    if nv == 0 or nv * cv / 1000 + drafting_s <= budget:
+    target_only_s, verifying_s = n0 * c0 / 1000, nv * cv / 1000
+    budget = target_only_s / GOAL_SPEEDUP  # seconds of decoding forwards the goal allows
+    if nv == 0 or verifying_s + drafting_s <= budget:
         return None
-    speedup = n0 * c0 / 1000 / (nv * cv / 1000 + drafting_s)
+    speedup = target_only_s / (verifying_s + drafting_s)
     largest_cv = 1000 * (budget - drafting_s) / nv
     if largest_cv <= 0:
         return (
@@ -454,12 +455,12 @@ def _what_the_goal_needs(steps: str, verifications: str, drafting_s: float) -> s
             f"forwards ({budget:.1f} s)."
         )
     below_a_step = " (less than a one-token step)" if largest_cv < c0 else ""
-    drafting_left = budget - nv * cv / 1000
+    drafting_left = budget - verifying_s
     alternative = (
         f"or drafting of at most {drafting_left:.1f} s at these verifications (now "
         f"{drafting_s:.1f} s)"
         if drafting_left > 0
-        else f"and no drafting would do at these verifications ({nv * cv / 1000:.1f} s alone)"
+        else f"and no drafting would do at these verifications ({verifying_s:.1f} s alone)"
     )
     return (
         f"its decoding forwards run {speedup:.2f}x target-only's; {GOAL_SPEEDUP}x would need "
