@@ -39,3 +39,15 @@ def tiny_draft_close(tiny_target):
     return build_tiny_model(
         vocab_size=61, seed=0, dtype=torch.float64, perturb=0.05, perturb_seed=7
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_int8():
+    """The close draft built in float32 and int8 dynamic-quantised (models.quantize
+    int8_dynamic_draft): other kernels, another dtype than the float64 target."""
+    from edgespec.models.precision import quantize_model
+
+    float_draft = build_tiny_model(
+        vocab_size=61, seed=0, dtype=torch.float32, perturb=0.05, perturb_seed=7
+    )
+    return quantize_model(float_draft, "int8_dynamic")

@@ -129,3 +129,14 @@ def test_a_cache_without_its_provenance_record_names_it(float32_cache):
         ):
             call()
     assert not cast_dir_of(float32_cache, "bfloat16").exists()
+
+
+def test_a_quantised_draft_loads_float32_beside_a_cast_target(float32_cache):
+    """models.quantize int8_dynamic_draft: the draft's weights come float32 from the cache (to
+    be quantised), the target's from the cast copy in the run's dtype."""
+    draft, target, _ = load_pair_from_dir(
+        float32_cache, {"dtype": "bfloat16", "quantize": "int8_dynamic_draft"}
+    )
+    assert draft.dtype == torch.float32 and target.dtype == torch.bfloat16
+    assert _loaded_from(draft).startswith(str(float32_cache / "draft"))
+    assert _loaded_from(target).startswith(str(cast_dir_of(float32_cache, "bfloat16")))

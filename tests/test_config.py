@@ -10,6 +10,7 @@ from edgespec.config import (
     ConfigError,
     check_cross_references,
     check_inputs_exist,
+    check_model_settings,
     load_schema,
     validate_config,
 )
@@ -159,3 +160,16 @@ def test_hub_dataset_path_is_a_local_copy(tmp_path):
     embedded = {"data": {"datasets": {"a": {"source": "arithmetic", "n": 2, "path": "t"}}}}
     with pytest.raises(ConfigError, match=r"data\.datasets\.a\.path.*embedded"):
         check_inputs_exist(validate_config(embedded), base=tmp_path)
+
+
+def test_quantisation_settings_are_checked_together():
+    draft_only = {"dtype": "bfloat16", "quantize": "int8_dynamic_draft"}
+    check_model_settings(validate_config({"models": draft_only}))  # the target keeps bf16
+    both = validate_config({"models": {"dtype": "bfloat16", "quantize": "int8_dynamic"}})
+    with pytest.raises(ConfigError, match=r"models\.quantize.*models\.dtype.*int8_dynamic_draft"):
+        check_model_settings(both)
+    gpu = validate_config({"models": {"device": "cuda", "quantize": "int8_dynamic_draft"}})
+    with pytest.raises(ConfigError, match=r"models\.quantize.*CPU only"):
+        check_model_settings(gpu)
+    with pytest.raises(ConfigError, match=r"'models\.quantize'"):
+        validate_config({"models": {"quantize": "int4"}})

@@ -43,7 +43,7 @@ def reference(tiny_target):
 
 
 @pytest.mark.parametrize(
-    "draft_name", ["tiny_target", "tiny_draft_close", "tiny_draft_independent"]
+    "draft_name", ["tiny_target", "tiny_draft_close", "tiny_draft_independent", "tiny_draft_int8"]
 )
 @pytest.mark.parametrize("gamma", [1, 4])
 @pytest.mark.parametrize("batch_size", [1, 3])

@@ -64,6 +64,41 @@ def test_quantize_forces_float32_and_refuses_bf16():
         choose_dtype("bfloat16", "cpu", flags=set(), quantize="int8_dynamic", **SHAPES)
 
 
+def test_a_quantised_draft_leaves_the_targets_dtype_free():
+    from edgespec.models.precision import quantized_roles, weights_dtype
+
+    native = choose_dtype(
+        "auto", "cpu", flags={"avx512_bf16"}, quantize="int8_dynamic_draft", prober=_never, **SHAPES
+    )
+    assert native.dtype == "bfloat16"
+    explicit = choose_dtype("bfloat16", "cpu", flags=set(), quantize="int8_dynamic_draft", **SHAPES)
+    assert explicit.dtype == "bfloat16"
+    assert quantized_roles("int8_dynamic_draft") == ("draft",)
+    assert quantized_roles("int8_dynamic") == ("draft", "target")
+    assert weights_dtype("draft", "int8_dynamic_draft", "bfloat16") == "float32"
+    assert weights_dtype("target", "int8_dynamic_draft", "bfloat16") == "bfloat16"
+    assert weights_dtype("draft", "none", "bfloat16") == "bfloat16"
+    with pytest.raises(ValueError, match="models.quantize must be one of"):
+        choose_dtype("auto", "cpu", flags=set(), quantize="int4", prober=_never, **SHAPES)
+
+
+def test_quantize_for_role_quantises_only_the_models_the_mode_names():
+    from edgespec.models.precision import quantize_for_role
+    from edgespec.models.tiny import build_tiny_model
+
+    def quantised(model) -> bool:
+        return any("quantized" in type(m).__module__ for m in model.modules())
+
+    for mode, draft_quantised, target_quantised in [
+        ("none", False, False),
+        ("int8_dynamic_draft", True, False),
+        ("int8_dynamic", True, True),
+    ]:
+        draft = quantize_for_role(build_tiny_model(vocab_size=61, seed=1), "draft", mode)
+        target = quantize_for_role(build_tiny_model(vocab_size=61, seed=0), "target", mode)
+        assert (quantised(draft), quantised(target)) == (draft_quantised, target_quantised), mode
+
+
 def test_int8_dynamic_quantisation_is_measured_against_the_reference():
     import torch
 
@@ -84,3 +119,5 @@ def test_int8_dynamic_quantisation_is_measured_against_the_reference():
     assert quantize_model(reference, "none") is reference
     with pytest.raises(ValueError, match="float32"):
         quantize_model(build_tiny_model(vocab_size=61, seed=0).to(torch.bfloat16), "int8_dynamic")
+    with pytest.raises(ValueError, match="scheme"):  # a mode names models, not a scheme
+        quantize_model(reference, "int8_dynamic_draft")

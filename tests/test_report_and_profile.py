@@ -99,8 +99,12 @@ def test_report_states_the_precision_and_the_quantisation_cost():
         "positions": 96,
     }
     text = precision_paragraph(precision, quantization)
-    assert "**int8_dynamic**-quantised" in text
+    assert "The target ran **int8_dynamic**-quantised" in text
     assert "top-1 agreement 89.6% and mean total variation 0.123 over 96 positions" in text
+    draft_only = {**quantization, "quantize": "int8_dynamic_draft", "model": "draft"}
+    text = precision_paragraph(precision, draft_only)
+    assert "The draft ran **int8_dynamic_draft**-quantised: against the unquantised draft" in text
+    assert "the decoded text is still the target's" in text
 
 
 def test_channel_conditions_are_named_and_checked():

@@ -105,6 +105,23 @@ def test_small_datasets_share_model_jobs_until_they_fill_a_batch(tmp_path):
     assert counts["decode_cuhlm"] == 2 * len(CUHLM_VARIANTS) and counts["mine_labels"] == 2
 
 
+def test_a_quantised_draft_is_measured_and_a_quantised_target_needs_float32(tmp_path):
+    draft_only = _write_yaml(
+        tmp_path / "q.yaml", {"models": {"dtype": "bfloat16", "quantize": "int8_dynamic_draft"}}
+    )
+    proc = _run(
+        ["-n", "--cores", "2", "--configfile", str(draft_only), "--directory", str(tmp_path)],
+        tmp_path,
+    )
+    assert _job_counts(proc.stdout)["check_quantization"] == 1
+    both = _write_yaml(
+        tmp_path / "q.yaml", {"models": {"dtype": "bfloat16", "quantize": "int8_dynamic"}}
+    )
+    proc = _run(["-n", "--cores", "1", "--configfile", str(both)], tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "models.quantize" in proc.stdout + proc.stderr
+
+
 def test_bad_config_fails_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("decoding:\n  max_new_tokens: lots\n")

@@ -95,10 +95,13 @@ def check_model_settings(config: dict) -> None:
     """Model settings that only make sense together (before any model is fetched)."""
     models = config["models"]
     if models["quantize"] != "none":
-        if models["dtype"] not in ("auto", "float32"):
+        # The quantised models load float32 weights; a quantised draft leaves the target's
+        # dtype free, so only a quantised target ties models.dtype.
+        if models["quantize"] == "int8_dynamic" and models["dtype"] not in ("auto", "float32"):
             raise ConfigError(
                 f"config key 'models.quantize': {models['quantize']} quantises float32 weights, "
-                f"but 'models.dtype' is {models['dtype']}; set it to auto or float32"
+                f"but 'models.dtype' is {models['dtype']}; set it to auto or float32 (or "
+                "quantise the draft alone with int8_dynamic_draft)"
             )
         if models["device"] != "cpu":
             raise ConfigError(

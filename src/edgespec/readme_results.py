@@ -240,11 +240,12 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
     quantization = snapshot_dir / "quantization.json"
     if quantization.is_file():
         q = json.loads(quantization.read_text())
+        role = q.get("model", "target")
         parts += [
             "",
-            f"**Quantised target** ({q['quantize']}): top-1 agreement "
+            f"**Quantised {role}** ({q['quantize']}): top-1 agreement "
             f"{100 * q['top1_agreement']:.1f}% and mean total variation {q['mean_tv']:.3f} "
-            f"against the unquantised target over {q['positions']} positions.",
+            f"against the unquantised {role} over {q['positions']} positions.",
         ]
     reports = [
         f"[`{name}`](docs/results/{name})"

@@ -221,7 +221,7 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:
 
 def precision_paragraph(precision: dict, quantization: dict | None = None) -> str:
     """The run's decoding precision and why it was chosen (``results/machine/precision.json``),
-    and, when the target was quantised, how much that changed it
+    and, when a model was quantised, how much that changed it
     (``results/machine/quantization.json``): a report should say what produced its numbers."""
     machine = precision.get("machine", {})
     simd = machine.get("simd") or []
@@ -232,11 +232,19 @@ def precision_paragraph(precision: dict, quantization: dict | None = None) -> st
         f"{machine.get('device', 'cpu')}, {machine.get('cpu_count', '?')} cores, {features})."
     )
     if quantization:
+        role = quantization.get("model", "target")
+        carried = (
+            "every figure below carries that change"
+            if role == "target"
+            else "the target is not quantised, so the decoded text is still the target's, but "
+            "the draft's proposals, acceptance and uncertainty in every figure below carry "
+            "that change"
+        )
         text += (
-            f" The target ran **{quantization['quantize']}**-quantised: against the unquantised "
-            f"target on its own greedy continuations, top-1 agreement "
+            f" The {role} ran **{quantization['quantize']}**-quantised: against the unquantised "
+            f"{role} on its own greedy continuations, top-1 agreement "
             f"{100 * quantization['top1_agreement']:.1f}% and mean total variation "
-            f"{quantization['mean_tv']:.3f} over {quantization['positions']} positions; every "
-            "figure below carries that change."
+            f"{quantization['mean_tv']:.3f} over {quantization['positions']} positions; "
+            f"{carried}."
         )
     return text

@@ -81,12 +81,16 @@ def load_models(params, inputs, threads):
     """(draft, target, tokenizer) of a model stage: the cached pair in the run's dtype, int8
     dynamic-quantised where ``models.quantize`` asks for it."""
     from edgespec.models.load import load_pair_from_dir
-    from edgespec.models.precision import quantize_model
+    from edgespec.models.precision import quantize_for_role
 
     models = model_settings(params.models, inputs.precision)
     draft, target, tokenizer = load_pair_from_dir(params.model_dir, models, threads)
     mode = models.get("quantize", "none")
-    return quantize_model(draft, mode), quantize_model(target, mode), tokenizer
+    return (
+        quantize_for_role(draft, "draft", mode),
+        quantize_for_role(target, "target", mode),
+        tokenizer,
+    )
 
 
 def decode_progress(label: str, num_prompts: int, max_new_tokens: int):

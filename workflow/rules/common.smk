@@ -216,7 +216,7 @@ def final_outputs():
 
 def run_precision(wildcards):
     """The records a report prints about the precision its numbers were decoded in: the dtype
-    choice, and the quantised target's fidelity when models.quantize is on."""
+    choice, and the quantised model's fidelity when models.quantize is on."""
     records = {"precision": PRECISION}
     if MODELS["quantize"] != "none":
         records["quantization"] = "results/machine/quantization.json"

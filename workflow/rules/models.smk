@@ -60,7 +60,8 @@ rule select_dtype:
 
 
 rule check_quantization:
-    """Top-1 agreement and mean TV of the int8-quantised target against the unquantised one."""
+    """Top-1 agreement and mean TV of the int8-quantised target (or draft, where only the
+    draft is quantised) against the unquantised one."""
     input:
         provenance=model_provenance(),
         prompts=eval_prompt_files(),

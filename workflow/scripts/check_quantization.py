@@ -1,5 +1,6 @@
 """Rule check_quantization (edgespec.models.precision): how much int8 dynamic quantisation
-changes the target, against the unquantised pair (top-1 agreement and mean TV)."""
+changes the model it quantises (the target under int8_dynamic, the draft under
+int8_dynamic_draft), against the unquantised one (top-1 agreement and mean TV)."""
 
 from edgespec.artifacts import setup_logging
 
@@ -10,16 +11,19 @@ import logging
 
 from edgespec.artifacts import write_json
 from edgespec.models.load import load_pair_from_dir
-from edgespec.models.precision import quantization_fidelity, quantize_model
+from edgespec.models.precision import quantization_fidelity, quantize_for_role, quantized_roles
 from edgespec.runconfig import chat_prompts, prompt_split
 
 params = snakemake.params
-_, target, tokenizer = load_pair_from_dir(
+draft, target, tokenizer = load_pair_from_dir(
     params.model_dir, {"dtype": "float32", "device": "cpu"}, snakemake.threads
 )
-quantized = quantize_model(copy.deepcopy(target), params.quantize)
+# The target's change is what every figure carries where both are quantised.
+role = "target" if "target" in quantized_roles(params.quantize) else "draft"
+reference = {"draft": draft, "target": target}[role]
+quantized = quantize_for_role(copy.deepcopy(reference), role, params.quantize)
 records = prompt_split(snakemake.input.prompts, "eval")[: params.num_prompts]
 prompts = chat_prompts(tokenizer, records, params.prompting)
-report = quantization_fidelity(target, quantized, prompts, params.new_tokens)
-logging.info("quantisation %s of the target: %s", params.quantize, report)
-write_json({"quantize": params.quantize, "model": "target", **report}, snakemake.output.report)
+report = quantization_fidelity(reference, quantized, prompts, params.new_tokens)
+logging.info("quantisation %s of the %s: %s", params.quantize, role, report)
+write_json({"quantize": params.quantize, "model": role, **report}, snakemake.output.report)

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from transformers import AutoModelForCausalLM
 
 from edgespec import plots
 from edgespec.artifacts import read_json, write_csv, write_json
@@ -22,8 +21,8 @@ from edgespec.cuhlm.joint import latency_inputs, solve_joint
 from edgespec.cuhlm.kcurves import dense_bound_curves, save_curves
 from edgespec.cuhlm.kselect import k_table, optimize_k_star
 from edgespec.cuhlm.traces import replay_draft_probs
-from edgespec.models.load import from_pretrained_or_hub, load_tokenizer, resolve_torch_dtype
-from edgespec.models.precision import quantize_model
+from edgespec.models.load import load_model, load_tokenizer
+from edgespec.models.precision import quantize_for_role, weights_dtype
 from edgespec.runconfig import chat_prompts, model_settings, prompt_split
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
@@ -52,9 +51,9 @@ draft_dir = Path(params.model_dir) / "draft"
 tokenizer = load_tokenizer(draft_dir, role="draft")
 # The replay runs the draft exactly as the traces did: same dtype, same quantisation.
 models = model_settings(params.models, snakemake.input.precision)
-dtype = resolve_torch_dtype(models["dtype"])
-draft = from_pretrained_or_hub(AutoModelForCausalLM, str(draft_dir), None, "draft", dtype=dtype)
-draft = quantize_model(draft.eval(), models.get("quantize", "none"))
+quantize = models.get("quantize", "none")
+draft = load_model(draft_dir, weights_dtype("draft", quantize, models["dtype"]), "draft")
+draft = quantize_for_role(draft, "draft", quantize)
 if models.get("device", "cpu") != "cpu":
     draft = draft.to(models["device"])
 records = {r.id: r for r in prompt_split(snakemake.input.prompts, "calib")}

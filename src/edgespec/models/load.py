@@ -18,6 +18,7 @@ from typing import Any
 
 from edgespec.models.cast import ensure_cast
 from edgespec.models.cpu_linear import use_onednn_linear
+from edgespec.models.precision import weights_dtype
 from edgespec.models.presets import PROVENANCE_FILE, ModelPairError, TokenizerMismatchError
 
 _PROBE_TEXTS = (
@@ -199,14 +200,29 @@ def logits_size(model) -> int:
     return int(model.config.get_text_config().vocab_size)
 
 
+def load_model(path: str | Path, dtype: Any, role: str = "model"):
+    """One causal LM in ``dtype``, in eval mode; float32 linear layers on the CPU go through
+    oneDNN (``edgespec.models.cpu_linear``)."""
+    from transformers import AutoModelForCausalLM
+
+    location, gguf_file = split_location(path)
+    model = from_pretrained_or_hub(
+        AutoModelForCausalLM, location, gguf_file, role, dtype=resolve_torch_dtype(dtype)
+    )
+    model.eval()
+    use_onednn_linear(model)  # float32 on the CPU only
+    return model
+
+
 def load_pair(
     draft_path: str | Path,
     target_path: str | Path,
     dtype: Any = "bfloat16",
     threads: int | None = None,
+    draft_dtype: Any = None,
 ):
-    """Load a cached pair: tokenizers are checked first, then both models (``dtype``, eval;
-    float32 linear layers on the CPU go through oneDNN, ``edgespec.models.cpu_linear``).
+    """Load a cached pair: tokenizers are checked first, then both models (``dtype``, or
+    ``draft_dtype`` for the draft where given; eval; :func:`load_model`).
 
     Folders with byte-identical tokenizer files (a fetched pair sharing its tokenizer) load one
     tokenizer; otherwise both are loaded and compared (:func:`check_tokenizers_match`).
@@ -215,24 +231,14 @@ def load_pair(
     models' logits sizes differ. Returns ``(draft_model, target_model, target_tokenizer)``.
     """
     import torch
-    from transformers import AutoModelForCausalLM
 
     if threads is not None:
         torch.set_num_threads(int(threads))
     target_tok = load_tokenizer(target_path, role="target")
     if not same_tokenizer_files(draft_path, target_path):
         check_tokenizers_match(load_tokenizer(draft_path, role="draft"), target_tok)
-    torch_dtype = resolve_torch_dtype(dtype)
-    models = []
-    for role, path in (("draft", draft_path), ("target", target_path)):
-        location, gguf_file = split_location(path)
-        model = from_pretrained_or_hub(
-            AutoModelForCausalLM, location, gguf_file, role, dtype=torch_dtype
-        )
-        model.eval()
-        use_onednn_linear(model)  # float32 on the CPU only
-        models.append(model)
-    draft, target = models
+    draft = load_model(draft_path, dtype if draft_dtype is None else draft_dtype, "draft")
+    target = load_model(target_path, dtype, "target")
     n_draft, n_target = logits_size(draft), logits_size(target)
     if n_draft != n_target:
         raise ModelPairError(
@@ -268,8 +274,9 @@ def load_pair_from_dir(
 ):
     """:func:`load_pair` on ``model_dir/draft`` and ``model_dir/target`` (a fetch_pair cache).
 
-    ``models`` is the config ``models`` section; its ``dtype`` (default bfloat16) and
-    ``device`` (default cpu) are used. The cache holds the weights in the precision they were
+    ``models`` is the config ``models`` section; its ``dtype`` (default bfloat16),
+    ``device`` (default cpu) and ``quantize`` (a model it quantises loads float32 weights, for
+    the caller to quantise) are used. The cache holds the weights in the precision they were
     converted to (``provenance.json``'s ``dtype``), so one cache serves every requested dtype;
     another dtype is loaded from the cast copy beside the cache (``edgespec.models.cast``),
     written by the first load that asks for it.
@@ -277,9 +284,14 @@ def load_pair_from_dir(
     model_dir = Path(model_dir)
     models = models or {}
     dtype = models.get("dtype") or "bfloat16"
-    source = pair_source(model_dir, dtype)
+    # A model int8-quantised after loading (models.quantize) loads float32 weights.
+    draft_dtype = weights_dtype("draft", models.get("quantize") or "none", dtype)
     draft, target, tokenizer = load_pair(
-        source / "draft", source / "target", dtype=dtype, threads=threads
+        pair_source(model_dir, draft_dtype) / "draft",
+        pair_source(model_dir, dtype) / "target",
+        dtype=dtype,
+        threads=threads,
+        draft_dtype=draft_dtype,
     )
     device = models.get("device") or "cpu"
     if device != "cpu":

@@ -171,7 +171,9 @@ def choose_dtype(
         "device": device,
         "onednn_max_cpu_isa": environ.get("ONEDNN_MAX_CPU_ISA"),
     }
-    if quantize != "none":
+    if quantize not in QUANTIZED_ROLES:
+        raise ValueError(f"models.quantize must be one of {QUANTIZE_MODES}, got {quantize!r}")
+    if "target" in quantized_roles(quantize):
         if setting not in ("auto", "float32"):
             raise ValueError(
                 f"models.quantize: {quantize} runs on float32 weights, but models.dtype is "
@@ -205,26 +207,56 @@ def choose_dtype(
     return DtypeChoice(best, reason, setting, probe_s=probe, machine=machine)
 
 
-QUANTIZE_MODES = ("none", "int8_dynamic")
-"""``models.quantize``: none, or int8 dynamic quantisation of every linear layer (per-channel
-weight scales, activations quantised on the fly; fbgemm/x86 kernels). Opt-in: it changes the
-model, and :func:`quantization_fidelity` measures by how much."""
+QUANTIZE_MODES = ("none", "int8_dynamic", "int8_dynamic_draft")
+"""``models.quantize``: none; int8 dynamic quantisation of every linear layer of both models
+(int8_dynamic) or of the draft alone (int8_dynamic_draft): per-channel weight scales,
+activations quantised on the fly, fbgemm/x86 kernels. Opt-in: it changes the quantised models,
+and :func:`quantization_fidelity` measures by how much. A quantised draft leaves speculative
+decoding's output the target's; it changes the draft's proposals, and so acceptance and every
+draft-side signal (CU-HLM's uncertainty, WISV's hidden states)."""
+
+QUANTIZED_ROLES = {
+    "none": (),
+    "int8_dynamic": ("draft", "target"),
+    "int8_dynamic_draft": ("draft",),
+}
+"""``models.quantize`` mode -> the models it quantises."""
 
 
-def quantize_model(model, mode: str):
-    """``model`` with its linear layers replaced by int8 dynamic-quantised ones (``mode``
-    int8_dynamic), or unchanged (none). Needs float32 weights and a CPU."""
-    if mode == "none":
-        return model
-    if mode not in QUANTIZE_MODES:
+def quantized_roles(mode: str) -> tuple[str, ...]:
+    """The models (draft, target) that ``models.quantize`` ``mode`` quantises."""
+    if mode not in QUANTIZED_ROLES:
         raise ValueError(f"models.quantize must be one of {QUANTIZE_MODES}, got {mode!r}")
+    return QUANTIZED_ROLES[mode]
+
+
+def weights_dtype(role: str, mode: str, dtype: str) -> str:
+    """The dtype ``role``'s weights load in: float32 where ``mode`` quantises it (int8 dynamic
+    quantisation starts from float32 weights), else the run's ``dtype``."""
+    return "float32" if role in quantized_roles(mode) else dtype
+
+
+def quantize_for_role(model, role: str, mode: str):
+    """``model`` int8 dynamic-quantised where ``models.quantize`` ``mode`` quantises ``role``
+    (draft or target), else unchanged."""
+    return quantize_model(model, "int8_dynamic" if role in quantized_roles(mode) else "none")
+
+
+def quantize_model(model, scheme: str):
+    """``model`` with its linear layers replaced by int8 dynamic-quantised ones (``scheme``
+    int8_dynamic), or unchanged (none). Needs float32 weights and a CPU. Which models a run
+    quantises is :func:`quantize_for_role`'s business."""
+    if scheme == "none":
+        return model
+    if scheme != "int8_dynamic":
+        raise ValueError(f"quantisation scheme must be none or int8_dynamic, got {scheme!r}")
     import torch
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     param = next(model.parameters())
     if param.dtype != torch.float32 or param.device.type != "cpu":
         raise ValueError(
-            "models.quantize: int8_dynamic needs float32 weights on the CPU "
+            "models.quantize: int8 dynamic quantisation needs float32 weights on the CPU "
             f"(got {param.dtype} on {param.device}); set models.dtype to float32 or auto"
         )
     from edgespec.models.cpu_linear import plain_linear
