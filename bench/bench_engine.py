@@ -8,7 +8,10 @@ method, so they do the same work), after one warm-up of its own. Methods:
 - Hugging Face assisted generation (``assistant_model=``) at batch 1, with its default
   adaptive drafting and with a fixed gamma;
 - this engine (greedy gamma-token rounds) at batch 1 (every gamma of ``--gammas``) and at
-  ``--batch`` (``--gamma``).
+  ``--batch`` (``--gamma``);
+- with ``--int8-draft``, the assisted and engine methods again with the draft's linear layers
+  int8 dynamic-quantised (``models.quantize: int8_dynamic_draft``; the target is unchanged, so
+  every method's output is still the target's greedy output).
 
 Timing on a shared machine drifts by more than the differences measured here, so every method
 runs ``--repeats`` times, interleaved: each repeat runs every method once, in an order rotated
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import os
 import statistics
@@ -44,8 +48,8 @@ import torch
 from edgespec.data.chat import chat_token_ids
 from edgespec.data.prepare import load_records
 from edgespec.decoding.engine import DecodingConfig, generate_rounds
-from edgespec.models.load import load_pair, stop_token_ids
-from edgespec.models.precision import cpu_flags, machine_summary, native_bf16
+from edgespec.models.load import load_model, load_pair, stop_token_ids
+from edgespec.models.precision import cpu_flags, machine_summary, native_bf16, quantize_model
 from edgespec.seeding import numpy_rng, torch_generator
 
 
@@ -77,14 +81,14 @@ class ForwardClock:
     """Every forward pass of the draft and the target while active, by any method (the engine,
     Hugging Face ``generate``, assisted generation): role, rows, new tokens per row, seconds."""
 
-    def __init__(self, draft, target):
+    def __init__(self, *models: tuple[str, torch.nn.Module]):
         self.calls: list[tuple[str, int, int, float]] = []
-        self._models = {"draft": draft, "target": target}
+        self._models = models
         self._handles = []
         self._open: tuple[str, int, int, float] | None = None
 
     def __enter__(self):
-        for role, model in self._models.items():
+        for role, model in self._models:
 
             def before(module, args, kwargs, role=role):
                 ids = kwargs.get("input_ids", args[0] if args else None)
@@ -138,6 +142,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--int8-draft",
+        action="store_true",
+        help="also run assisted generation and the engine with an int8 dynamic-quantised draft "
+        "(float32 weights quantised; the target stays in --dtype)",
+    )
+    ap.add_argument(
         "--sweep", type=int, nargs="*", default=[], help="batch sizes for the crossover table"
     )
     ap.add_argument(
@@ -156,6 +166,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model_dir)
     draft, target, tok = load_pair(model_dir / "draft", model_dir / "target", dtype=args.dtype)
+    int8_draft = None
+    if args.int8_draft:
+        float_draft = (
+            copy.deepcopy(draft)
+            if args.dtype == "float32"
+            else load_model(model_dir / "draft", "float32", "draft")
+        )
+        int8_draft = quantize_model(float_draft, "int8_dynamic")
     eos = set(stop_token_ids(tok, target))
     pad = tok.pad_token_id if tok.pad_token_id is not None else min(eos)
     records = load_records(
@@ -184,7 +202,7 @@ def main() -> None:
             outs += [_cut(row[width:].tolist(), eos, args.new) for row in gen]
         return outs
 
-    def engine(prompt_list, batch, gamma=args.gamma):
+    def engine(prompt_list, batch, gamma=args.gamma, draft=draft):
         cfg = DecodingConfig(
             max_new_tokens=args.new,
             temperature=0.0,
@@ -215,6 +233,31 @@ def main() -> None:
         ("target-only generate", args.batch, prompts, lambda p: hf(p, args.batch)),
         (f"engine, gamma = {args.gamma}", args.batch, prompts, lambda p: engine(p, args.batch)),
     ]
+    if int8_draft is not None:
+        methods += [
+            (
+                f"HF assisted, int8 draft, gamma = {args.gamma}",
+                1,
+                few,
+                lambda p: hf(p, 1, assistant_model=int8_draft, **fixed),
+            ),
+            *(
+                (
+                    f"engine, int8 draft, gamma = {g}",
+                    1,
+                    few,
+                    lambda p, g=g: engine(p, 1, g, int8_draft),
+                )
+                for g in gammas
+            ),
+            (
+                f"engine, int8 draft, gamma = {args.gamma}",
+                args.batch,
+                prompts,
+                lambda p: engine(p, args.batch, draft=int8_draft),
+            ),
+        ]
+    drafts = [("draft", draft)] + ([("draft", int8_draft)] if int8_draft is not None else [])
     widest = max(*gammas, args.gamma) + 1  # a forward feeding more per row is a prefill
     for _, _, prompt_list, run in methods:
         run(prompt_list[:1])  # warm-up: first calls allocate and pick kernels
@@ -224,7 +267,7 @@ def main() -> None:
         shift = repeat % len(methods)
         for label, batch, prompt_list, run in methods[shift:] + methods[:shift]:
             _reset_peak_rss()
-            with ForwardClock(draft, target) as clock:
+            with ForwardClock(*drafts, ("target", target)) as clock:
                 start = time.perf_counter()
                 out = run(prompt_list)
                 elapsed = time.perf_counter() - start
@@ -255,7 +298,7 @@ def main() -> None:
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(_Tee(sys.stdout, printed)):
-        _report(args, methods, timings, outputs, gammas, prompts, hf, engine)
+        _report(args, methods, timings, outputs, gammas, prompts, hf, engine, int8_draft)
     print("\nverdicts:\n")
     print("\n".join(f"- {line}" for line in conclusions(printed.getvalue())))
 
@@ -274,7 +317,7 @@ class _Tee(io.TextIOBase):
             stream.flush()
 
 
-def _report(args, methods, timings, outputs, gammas, prompts, hf, engine) -> None:
+def _report(args, methods, timings, outputs, gammas, prompts, hf, engine, int8_draft) -> None:
     """Print the tables of a finished benchmark (and run the crossover sweep)."""
     model_dir = Path(args.model_dir)
     flags = cpu_flags()
@@ -283,7 +326,7 @@ def _report(args, methods, timings, outputs, gammas, prompts, hf, engine) -> Non
     simd = " ".join(summary["simd"])
     caps = {
         name: os.environ[name]
-        for name in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+        for name in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "FBGEMM_ENABLE_INSTRUCTIONS")
         if os.environ.get(name)
     }
     capped = f" with {' '.join(f'{k}={v}' for k, v in caps.items())}" if caps else ""
@@ -343,24 +386,31 @@ def _report(args, methods, timings, outputs, gammas, prompts, hf, engine) -> Non
             f"{args.gamma}) by batch size, median [lowest to highest] over {args.repeats} "
             "interleaved repeats\n"
         )
-        print("| batch | target-only generate | engine | engine / target-only |\n|---|---|---|---|")
+        extra = " engine, int8 draft | int8 draft / target-only |" if int8_draft else ""
+        print(
+            f"| batch | target-only generate | engine | engine / target-only |{extra}\n"
+            + "|---" * (4 + 2 * bool(int8_draft))
+            + "|"
+        )
         for batch in args.sweep:
             chunk = prompts[:batch]
-            pair = (lambda p, b=batch: hf(p, b), lambda p, b=batch: engine(p, b))
-            for run in pair:
+            runs = [lambda p, b=batch: hf(p, b), lambda p, b=batch: engine(p, b)]
+            if int8_draft is not None:
+                runs.append(lambda p, b=batch: engine(p, b, draft=int8_draft))
+            for run in runs:
                 run(chunk[:1])
-            rates: list[list[float]] = [[], []]
+            rates: list[list[float]] = [[] for _ in runs]
             for repeat in range(args.repeats):
-                for which in (0, 1) if repeat % 2 == 0 else (1, 0):
+                shift = repeat % len(runs)
+                for which in [*range(len(runs))][shift:] + [*range(len(runs))][:shift]:
                     start = time.perf_counter()
-                    out = pair[which](chunk)
+                    out = runs[which](chunk)
                     rates[which].append(sum(len(o) for o in out) / (time.perf_counter() - start))
-            ratios = [e / t for t, e in zip(rates[0], rates[1], strict=True)]
-            print(
-                f"| {batch} | {_spread(rates[0], 2)} | {_spread(rates[1], 2)} | "
-                f"{_spread(ratios, 2, 'x')} |",
-                flush=True,
-            )
+            cells = [_spread(rates[0], 2)]
+            for engine_rates in rates[1:]:
+                ratios = [e / t for t, e in zip(rates[0], engine_rates, strict=True)]
+                cells += [_spread(engine_rates, 2), _spread(ratios, 2, "x")]
+            print(f"| {batch} | " + " | ".join(cells) + " |", flush=True)
 
 
 def _table_rows(text: str, header: str) -> list[list[str]]:
@@ -404,29 +454,39 @@ def conclusions(text: str) -> list[str]:
     sweep = _table_rows(text, "batch | target-only generate")
     if caption and sweep and "(gamma = " in caption:
         gamma = caption.split("(gamma = ")[1].split(")")[0]
-        ratios = {}
-        for row in _table_rows(text, "method | batch | prompts"):  # batch 1 and --batch
-            if row[0] == f"engine, gamma = {gamma}":
-                ratios[int(row[1])] = _median_of(row[6])
-        for row in sweep:
-            ratios[int(row[0])] = _median_of(row[3])
-        ordered = sorted(ratios.items())
-        behind = [b for b, r in ordered if r < 1.0]
-        ahead = [b for b, r in ordered if r >= 1.0]
-        listing = ", ".join(f"{r:.2f}x at batch {b}" for b, r in ordered)
-        if behind and ahead and max(ahead) < min(behind):
-            where = f"ahead up to batch {max(ahead)}, behind from batch {min(behind)} on"
-        elif not behind:
-            where = "ahead at every batch size measured"
-        elif not ahead:
-            where = "behind at every batch size measured"
-        else:
-            where = "ahead and behind alternately (no single crossover)"
-        out.append(
-            f"crossover (engine at gamma = {gamma} against target-only generate, medians): "
-            f"{where}; {listing}."
-        )
+        # the sweep's ratio columns: the engine's, then (--int8-draft) the int8 draft's
+        for engine, column in (("engine", 3), ("engine, int8 draft", 5)):
+            if len(sweep[0]) <= column:
+                continue
+            out.append(_crossover(text, sweep, gamma, engine, column))
     return out
+
+
+def _crossover(text: str, sweep: list[list[str]], gamma: str, engine: str, column: int) -> str:
+    """The verdict on where ``engine`` (a method name without its gamma) stops keeping up with
+    target-only ``generate``: its batch-1 and batched rows, then the sweep's ``column``."""
+    ratios = {}
+    for row in _table_rows(text, "method | batch | prompts"):  # batch 1 and --batch
+        if row[0] == f"{engine}, gamma = {gamma}":
+            ratios[int(row[1])] = _median_of(row[6])
+    for row in sweep:
+        ratios[int(row[0])] = _median_of(row[column])
+    ordered = sorted(ratios.items())
+    behind = [b for b, r in ordered if r < 1.0]
+    ahead = [b for b, r in ordered if r >= 1.0]
+    listing = ", ".join(f"{r:.2f}x at batch {b}" for b, r in ordered)
+    if behind and ahead and max(ahead) < min(behind):
+        where = f"ahead up to batch {max(ahead)}, behind from batch {min(behind)} on"
+    elif not behind:
+        where = "ahead at every batch size measured"
+    elif not ahead:
+        where = "behind at every batch size measured"
+    else:
+        where = "ahead and behind alternately (no single crossover)"
+    return (
+        f"crossover ({engine} at gamma = {gamma} against target-only generate, medians): "
+        f"{where}; {listing}."
+    )
 
 
 GOAL_SPEEDUP = 1.3

@@ -67,3 +67,40 @@ def test_drafting_alone_over_the_goal(bench):
         "than 1.3x allows for all decoding forwards (0.8 s)."
     )
     assert bench._what_the_goal_needs("10 x 100", "0 x 0", 0.0) is None
+
+
+MAIN = (
+    "| method | batch | prompts | tokens | seconds | tokens/s | vs target-only, same batch | "
+    "peak RSS (GiB) | equal to target-only greedy |\n" + "|---" * 9 + "|\n"
+    "| target-only generate | 1 | 2 | 64 | 22.0 | 2.91 | 1.00x | 8.6 | 2/2 |\n"
+    "| engine, gamma = 4 | 1 | 2 | 64 | 27.0 | 2.37 | 0.81x [0.80x to 0.84x] | 8.6 | 2/2 |\n"
+    "| engine, int8 draft, gamma = 4 | 1 | 2 | 64 | 16.0 | 4.00 | 1.38x | 8.6 | 2/2 |\n"
+    "| engine, gamma = 4 | 16 | 16 | 492 | 48.0 | 10.25 | 1.15x | 8.7 | 16/16 |\n"
+    "| engine, int8 draft, gamma = 4 | 16 | 16 | 492 | 40.0 | 12.30 | 1.40x | 8.7 | 16/16 |\n"
+)
+SWEEP = (
+    "crossover: tokens/s of target-only generate and of the engine (gamma = 4) by batch size\n\n"
+    "| batch | target-only generate | engine | engine / target-only | engine, int8 draft | "
+    "int8 draft / target-only |\n" + "|---" * 6 + "|\n"
+    "| 2 | 3.43 | 3.43 | 1.01x [0.97x to 1.09x] | 4.10 | 1.20x |\n"
+    "| 8 | 8.93 | 7.54 | 0.86x | 8.00 | 0.90x |\n"
+)
+
+
+def test_crossover_verdicts_for_each_draft(bench):
+    lines = bench.conclusions(MAIN + "\n" + SWEEP)
+    assert lines == [
+        "crossover (engine at gamma = 4 against target-only generate, medians): ahead and "
+        "behind alternately (no single crossover); 0.81x at batch 1, 1.01x at batch 2, 0.86x "
+        "at batch 8, 1.15x at batch 16.",
+        "crossover (engine, int8 draft at gamma = 4 against target-only generate, medians): "
+        "ahead and behind alternately (no single crossover); 1.38x at batch 1, 1.20x at batch "
+        "2, 0.90x at batch 8, 1.40x at batch 16.",
+    ]
+    # without the int8 draft's columns, one verdict
+    plain = SWEEP.replace(" engine, int8 draft | int8 draft / target-only |", "")
+    plain = "\n".join(
+        line.rsplit("|", 3)[0] + "|" if line.startswith("| 2 ") or line.startswith("| 8 ") else line
+        for line in plain.splitlines()
+    )
+    assert len(bench.conclusions(MAIN + "\n" + plain)) == 1
