@@ -489,3 +489,23 @@ def test_text_scores(monkeypatch):
     alone = text_scores(texts, records, None)
     assert alone.similarity_to_llm.isna().all() and alone.answer_fidelity.isna().all()
     assert math.isnan(alone.semantic_accuracy[1]) and pd.isna(alone.semantic_reference[1])
+
+
+def test_replay_token_by_token_equals_one_forward_per_prompt(tiny_draft_close):
+    """optimize_k replays an int8 draft a token at a time; for a float draft both replays give
+    the distributions that proposed each completion token."""
+    from edgespec.cuhlm.traces import replay_draft_probs
+
+    prompts = [[3, 17, 29], [40, 2, 11, 58, 7]]
+    completions = [[5, 9, 12, 1], [33, 8]]
+    with torch.inference_mode():
+        whole = list(replay_draft_probs(tiny_draft_close, prompts, completions, 1.0))
+        stepped = list(
+            replay_draft_probs(tiny_draft_close, prompts, completions, 1.0, token_by_token=True)
+        )
+        direct = torch.softmax(tiny_draft_close(torch.tensor([[3, 17, 29, 5]])).logits[0], -1)
+    assert [p.shape[0] for p in stepped] == [4, 2]
+    for a, b in zip(whole, stepped, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-9)
+    # row t proposed completion token t: the last prompt token's row, then completion[0]'s
+    torch.testing.assert_close(stepped[0][:2], direct[2:4], rtol=0, atol=1e-9)

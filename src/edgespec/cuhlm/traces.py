@@ -131,6 +131,7 @@ def replay_draft_probs(
     prompts: Sequence[Sequence[int]],
     completions: Sequence[Sequence[int]],
     temperature: float,
+    token_by_token: bool = False,
 ) -> Iterator[torch.Tensor]:
     """x(t) of every token of each completion, one prompt at a time: [len(completion), V].
 
@@ -139,6 +140,11 @@ def replay_draft_probs(
     decoding ``temperature`` (:func:`edgespec.decoding.sampling.probabilities`). The decode that
     produced the trace ran batched with a KV cache, so in low precision (bf16) these rows match
     its x(t) up to rounding; in float32/64 they match it closely.
+
+    ``token_by_token`` feeds the completion one token at a time after the prompt, with the KV
+    cache, as decoding did: for a draft whose outputs depend on what a forward feeds alongside
+    (int8 dynamic quantisation scales a forward's activations by their largest value, so one
+    forward over a whole sequence quantises every token coarsely).
     """
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
@@ -149,6 +155,18 @@ def replay_draft_probs(
         if not len(completion):
             yield torch.zeros(0, 0)
             continue
-        ids = torch.tensor([list(prompt) + list(completion[:-1])], device=device)
-        logits = draft(input_ids=ids, logits_to_keep=len(completion)).logits[0].cpu()
-        yield probabilities(logits, temperature)
+        if not token_by_token:
+            ids = torch.tensor([list(prompt) + list(completion[:-1])], device=device)
+            logits = draft(input_ids=ids, logits_to_keep=len(completion)).logits[0].cpu()
+            yield probabilities(logits, temperature)
+            continue
+        out = draft(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True)
+        rows = [out.logits[0, -1:].cpu()]
+        for token in completion[:-1]:
+            out = draft(
+                input_ids=torch.tensor([[int(token)]], device=device),
+                past_key_values=out.past_key_values,
+                use_cache=True,
+            )
+            rows.append(out.logits[0, -1:].cpu())
+        yield probabilities(torch.cat(rows), temperature)
