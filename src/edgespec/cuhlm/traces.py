@@ -27,6 +27,7 @@ from edgespec.decoding.engine import DecodingConfig, TokenStep, UploadFull, gene
 from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import probabilities, rejection_probability
 from edgespec.decoding.uncertainty import entropy
+from edgespec.models.precision import stepped_logits
 
 
 @dataclass
@@ -160,13 +161,4 @@ def replay_draft_probs(
             logits = draft(input_ids=ids, logits_to_keep=len(completion)).logits[0].cpu()
             yield probabilities(logits, temperature)
             continue
-        out = draft(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True)
-        rows = [out.logits[0, -1:].cpu()]
-        for token in completion[:-1]:
-            out = draft(
-                input_ids=torch.tensor([[int(token)]], device=device),
-                past_key_values=out.past_key_values,
-                use_cache=True,
-            )
-            rows.append(out.logits[0, -1:].cpu())
-        yield probabilities(torch.cat(rows), temperature)
+        yield probabilities(stepped_logits(draft, prompt, completion[:-1]), temperature)

@@ -267,10 +267,33 @@ def quantize_model(model, scheme: str):
     ).eval()
 
 
+def stepped_logits(model, prompt: Sequence[int], tokens: Sequence[int]):
+    """``model``'s next-token logits after ``prompt`` and after each of ``tokens``
+    ([len(tokens) + 1, V]), computed as decoding does: the prompt in one forward, then one token
+    per forward with the KV cache. For a dynamically quantised model this is not the same as
+    one forward over the whole sequence, which scales every token's activations together."""
+    import torch
+
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True)
+    rows = [out.logits[0, -1:].cpu()]
+    for token in tokens:
+        out = model(
+            input_ids=torch.tensor([[int(token)]], device=device),
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
+        rows.append(out.logits[0, -1:].cpu())
+    return torch.cat(rows)
+
+
 def quantization_fidelity(reference, quantized, prompts: Sequence[Sequence[int]], new_tokens: int):
     """How much quantisation changes the next-token distributions, on the reference's own
     greedy continuations of ``prompts``: top-1 agreement and the mean total variation between
-    the two softmaxes at every continuation position."""
+    the two softmaxes at every continuation position. The quantised model reads the prompt in
+    one forward and the continuation a token at a time, as it decodes: dynamic quantisation
+    scales a forward's activations together, so one forward over the whole continuation would
+    quantise every token more coarsely than decoding does."""
     import torch
 
     agree = total = 0
@@ -286,7 +309,8 @@ def quantization_fidelity(reference, quantized, prompts: Sequence[Sequence[int]]
             )
             positions = slice(len(prompt) - 1, continuation.shape[1] - 1)
             p = torch.softmax(reference(continuation).logits[0, positions].float(), -1)
-            q = torch.softmax(quantized(continuation).logits[0, positions].float(), -1)
+            completion = continuation[0, len(prompt) : -1].tolist()
+            q = torch.softmax(stepped_logits(quantized, prompt, completion).float(), -1)
             agree += int((p.argmax(-1) == q.argmax(-1)).sum())
             tv_sum += float(0.5 * (p - q).abs().sum(-1).sum())
             total += p.shape[0]
