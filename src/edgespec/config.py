@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from edgespec.models.precision import quantized_roles
 from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +98,8 @@ def check_model_settings(config: dict) -> None:
     if models["quantize"] != "none":
         # The quantised models load float32 weights; a quantised draft leaves the target's
         # dtype free, so only a quantised target ties models.dtype.
-        if models["quantize"] == "int8_dynamic" and models["dtype"] not in ("auto", "float32"):
+        quantises_target = "target" in quantized_roles(models["quantize"])
+        if quantises_target and models["dtype"] not in ("auto", "float32"):
             raise ConfigError(
                 f"config key 'models.quantize': {models['quantize']} quantises float32 weights, "
                 f"but 'models.dtype' is {models['dtype']}; set it to auto or float32 (or "

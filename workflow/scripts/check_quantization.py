@@ -9,18 +9,21 @@ setup_logging(snakemake.log[0])
 import copy
 import logging
 
+import torch
+
 from edgespec.artifacts import write_json
-from edgespec.models.load import load_pair_from_dir
+from edgespec.models.load import load_model, load_tokenizer, pair_source
 from edgespec.models.precision import quantization_fidelity, quantize_for_role, quantized_roles
 from edgespec.runconfig import chat_prompts, prompt_split
 
 params = snakemake.params
-draft, target, tokenizer = load_pair_from_dir(
-    params.model_dir, {"dtype": "float32", "device": "cpu"}, snakemake.threads
-)
-# The target's change is what every figure carries where both are quantised.
+torch.set_num_threads(snakemake.threads)
+# The target's change is what every figure carries where both are quantised; only the model
+# measured is loaded.
 role = "target" if "target" in quantized_roles(params.quantize) else "draft"
-reference = {"draft": draft, "target": target}[role]
+source = pair_source(params.model_dir, "float32")
+reference = load_model(source / role, "float32", role)
+tokenizer = load_tokenizer(source / "target", role="target")
 quantized = quantize_for_role(copy.deepcopy(reference), role, params.quantize)
 records = prompt_split(snakemake.input.prompts, "eval")[: params.num_prompts]
 prompts = chat_prompts(tokenizer, records, params.prompting)

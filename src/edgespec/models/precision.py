@@ -171,8 +171,6 @@ def choose_dtype(
         "device": device,
         "onednn_max_cpu_isa": environ.get("ONEDNN_MAX_CPU_ISA"),
     }
-    if quantize not in QUANTIZED_ROLES:
-        raise ValueError(f"models.quantize must be one of {QUANTIZE_MODES}, got {quantize!r}")
     if "target" in quantized_roles(quantize):
         if setting not in ("auto", "float32"):
             raise ValueError(
@@ -243,9 +241,10 @@ def quantize_for_role(model, role: str, mode: str):
 
 
 def quantize_model(model, scheme: str):
-    """``model`` with its linear layers replaced by int8 dynamic-quantised ones (``scheme``
-    int8_dynamic), or unchanged (none). Needs float32 weights and a CPU. Which models a run
-    quantises is :func:`quantize_for_role`'s business."""
+    """``model`` with its linear layers replaced, in place, by int8 dynamic-quantised ones
+    (``scheme`` int8_dynamic), or unchanged (none); a caller that still needs the float model
+    quantises a copy. Needs float32 weights and a CPU. Which models a run quantises is
+    :func:`quantize_for_role`'s business."""
     if scheme == "none":
         return model
     if scheme != "int8_dynamic":
@@ -263,7 +262,7 @@ def quantize_model(model, scheme: str):
 
     plain_linear(model)  # quantize_dynamic maps layers by their exact class
     return quantize_dynamic(
-        model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+        model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
     ).eval()
 
 
