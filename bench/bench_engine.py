@@ -48,7 +48,8 @@ import torch
 from edgespec.data.chat import chat_token_ids
 from edgespec.data.prepare import load_records
 from edgespec.decoding.engine import DecodingConfig, generate_rounds
-from edgespec.models.load import load_model, load_pair, stop_token_ids
+from edgespec.models.cpu_linear import packing_supported
+from edgespec.models.load import load_model, load_pair, resolve_torch_dtype, stop_token_ids
 from edgespec.models.precision import cpu_flags, machine_summary, native_bf16, quantize_model
 from edgespec.seeding import numpy_rng, torch_generator
 
@@ -329,12 +330,18 @@ def _report(args, methods, timings, outputs, gammas, prompts, hf, engine, int8_d
         for name in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "FBGEMM_ENABLE_INSTRUCTIONS")
         if os.environ.get(name)
     }
+    layout = (
+        "reordered once for oneDNN"
+        if packing_supported(resolve_torch_dtype(args.dtype))
+        else "in their plain layout"
+    )
     capped = f" with {' '.join(f'{k}={v}' for k, v in caps.items())}" if caps else ""
     print(f"`python bench/bench_engine.py {' '.join(sys.argv[1:])}`{capped}")
     print(f"\nCPU: {summary['processor']}, {summary['cpu_count']} cores, SIMD {simd}")
     print(
         f"native bf16: {native or 'no'}; dtype {args.dtype}; threads {args.threads}; "
-        f"pair {model_dir}; at most {args.new} new tokens, EOS ends a row in every method\n"
+        f"linear weights {layout}; pair {model_dir}; at most {args.new} new tokens, EOS ends a "
+        "row in every method\n"
     )
     reference = {
         1: outputs[("target-only generate", 1)],

@@ -10,6 +10,7 @@ import torch
 
 import edgespec.models.cast as cast_module
 from edgespec.models.cast import CAST_FILE, cast_dir_of
+from edgespec.models.cpu_linear import plain_parameters
 from edgespec.models.fetch import fetch_pair
 from edgespec.models.load import load_pair_from_dir, pair_source
 from edgespec.models.presets import ModelPairError
@@ -50,8 +51,8 @@ def test_first_load_writes_the_copy_and_later_loads_read_it(float32_cache, monke
     assert _loaded_from(again_target).startswith(str(copy))
     assert again_draft.dtype == again_target.dtype == torch.bfloat16
     reference, _, _ = load_pair_from_dir(float32_cache, {"dtype": "float32"})
-    stored = dict(reference.named_parameters())
-    for name, param in again_draft.named_parameters():  # a cast of the stored weights, no more
+    stored = plain_parameters(reference)
+    for name, param in plain_parameters(again_draft).items():  # a cast of the stored weights
         assert torch.equal(param, stored[name].to(torch.bfloat16)), name
     # the stored dtype itself needs no copy
     assert _loaded_from(reference).startswith(str(float32_cache / "draft"))

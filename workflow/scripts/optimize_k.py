@@ -21,7 +21,7 @@ from edgespec.cuhlm.joint import latency_inputs, solve_joint
 from edgespec.cuhlm.kcurves import dense_bound_curves, save_curves
 from edgespec.cuhlm.kselect import k_table, optimize_k_star
 from edgespec.cuhlm.traces import replay_draft_probs
-from edgespec.models.load import load_model, load_tokenizer
+from edgespec.models.load import load_model, load_tokenizer, to_device
 from edgespec.models.precision import quantize_for_role, quantized_roles, weights_dtype
 from edgespec.runconfig import chat_prompts, model_settings, prompt_split
 from edgespec.wireless.channel import ChannelCondition
@@ -57,8 +57,7 @@ draft = quantize_for_role(draft, "draft", quantize)
 # An int8 draft's activations are scaled per forward: replay it a token at a time, as it decoded
 # (measured on the default pair: mean |dx_d| 0.084 so, 0.143 in one forward per prompt).
 quantized_draft = "draft" in quantized_roles(quantize)
-if models.get("device", "cpu") != "cpu":
-    draft = draft.to(models["device"])
+draft = to_device(draft, models.get("device", "cpu"))
 records = {r.id: r for r in prompt_split(snakemake.input.prompts, "calib")}
 missing = sorted(set(prompt_order) - set(records))
 if missing:

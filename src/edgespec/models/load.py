@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.models.cast import ensure_cast
-from edgespec.models.cpu_linear import use_onednn_linear
+from edgespec.models.cpu_linear import plain_linear, use_onednn_linear
 from edgespec.models.precision import weights_dtype
 from edgespec.models.presets import PROVENANCE_FILE, ModelPairError, TokenizerMismatchError
 
@@ -201,8 +201,9 @@ def logits_size(model) -> int:
 
 
 def load_model(path: str | Path, dtype: Any, role: str = "model"):
-    """One causal LM in ``dtype``, in eval mode; float32 linear layers on the CPU go through
-    oneDNN (``edgespec.models.cpu_linear``)."""
+    """One causal LM in ``dtype``, in eval mode; its linear layers on the CPU go through oneDNN
+    (``edgespec.models.cpu_linear``: float32 ones as they are, bf16 ones with their weights
+    reordered once where the CPU has native bf16)."""
     from transformers import AutoModelForCausalLM
 
     location, gguf_file = split_location(path)
@@ -210,8 +211,17 @@ def load_model(path: str | Path, dtype: Any, role: str = "model"):
         AutoModelForCausalLM, location, gguf_file, role, dtype=resolve_torch_dtype(dtype)
     )
     model.eval()
-    use_onednn_linear(model)  # float32 on the CPU only
+    use_onednn_linear(model)
     return model
+
+
+def to_device(model, device: str):
+    """``model`` moved to ``device``, its linear layers plain again first (a weight reordered for
+    oneDNN cannot move; ``edgespec.models.cpu_linear``)."""
+    if str(device) == "cpu":
+        return model
+    plain_linear(model)
+    return model.to(device)
 
 
 def load_pair(
@@ -299,7 +309,7 @@ def load_pair_from_dir(
 
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ModelPairError(f"config key 'models.device' is {device!r} but no GPU is visible")
-        draft, target = draft.to(device), target.to(device)
+        draft, target = to_device(draft, device), to_device(target, device)
     return draft, target, tokenizer
 
 

@@ -112,16 +112,16 @@ def time_products(
 ) -> float:
     """Seconds for ``x @ W.T`` through ``layers`` distinct [out, in] weights (more than the
     caches hold), summed over the row counts ``rows``; median of ``repeats`` after a warm-up.
-    The products take the route the loaded models' linear layers take
-    (``edgespec.models.cpu_linear.linear``)."""
+    The products take the route the loaded models' linear layers take (weights reordered where
+    they would be, then ``edgespec.models.cpu_linear.linear``)."""
     import torch
 
-    from edgespec.models.cpu_linear import linear
+    from edgespec.models.cpu_linear import linear, pack_weight
 
     torch_dtype = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(0)
     weights = [
-        (torch.randn(out_features, in_features, generator=gen) * 0.02).to(torch_dtype)
+        pack_weight((torch.randn(out_features, in_features, generator=gen) * 0.02).to(torch_dtype))
         for _ in range(layers)
     ]
     inputs = [torch.randn(m, in_features, generator=gen).to(torch_dtype) for m in rows]
