@@ -17,6 +17,7 @@ from edgespec.models.cpu_linear import (
     pack_weight,
     packing_supported,
     plain_linear,
+    plain_parameters,
     use_onednn_linear,
 )
 from edgespec.models.tiny import build_tiny_model
@@ -142,7 +143,7 @@ def test_reordered_weights_copy_and_come_back_plain_bit_for_bit():
         assert torch.equal(clone(ids).logits, plain(ids).logits)
     plain_linear(packed)
     assert not any(type(m) is OneDNNLinear for m in packed.modules())
-    reference = dict(plain.named_parameters(remove_duplicate=False))
+    reference = plain_parameters(plain)
     for name, param in packed.named_parameters():
         assert not param.is_mkldnn and torch.equal(param, reference[name]), name
     as_float = packed.to(torch.float32)  # plain again, so it can change dtype (or device)

@@ -106,7 +106,7 @@ class OneDNNLinear(torch.nn.Linear):
         for key, value in self.__dict__.items():
             if key == "_parameters":
                 value = {
-                    name: _reordered_copy(p)
+                    name: _reordered_parameter(p)
                     if p is not None and p.is_mkldnn
                     else copy.deepcopy(p, memo)
                     for name, p in value.items()
@@ -117,8 +117,10 @@ class OneDNNLinear(torch.nn.Linear):
         return clone
 
 
-def _reordered_copy(weight: torch.Tensor) -> torch.nn.Parameter:
-    return torch.nn.Parameter(pack_weight(weight.to_dense()), requires_grad=False)
+def _reordered_parameter(weight: torch.Tensor) -> torch.nn.Parameter:
+    """A new inference-only parameter holding ``weight`` (plain or reordered) reordered."""
+    plain = weight.to_dense() if weight.is_mkldnn else weight
+    return torch.nn.Parameter(pack_weight(plain), requires_grad=False)
 
 
 def use_onednn_linear(model: torch.nn.Module) -> int:
@@ -138,7 +140,7 @@ def use_onednn_linear(model: torch.nn.Module) -> int:
         if type(module) is torch.nn.Linear:
             module.__class__ = OneDNNLinear
             if packing_supported(module.weight.dtype):
-                module.weight = torch.nn.Parameter(pack_weight(module.weight), requires_grad=False)
+                module.weight = _reordered_parameter(module.weight)
             changed += 1
     return changed
 
