@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from edgespec.models.cpu_linear import OneDNNLinear
+from edgespec.models.cpu_linear import OneDNNLinear, reorder_weight
 from edgespec.models.load import load_model
 from edgespec.models.precision import cpu_flags
 
@@ -39,8 +39,7 @@ def reorder_weights(model) -> float:
     start = time.perf_counter()
     for module in model.modules():
         if type(module) is OneDNNLinear and not module.weight.is_mkldnn:
-            packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), None)
-            module.weight = torch.nn.Parameter(packed, requires_grad=False)
+            module.weight = torch.nn.Parameter(reorder_weight(module.weight), requires_grad=False)
     return time.perf_counter() - start
 
 

@@ -88,6 +88,12 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     says so (same [out, in] shape, read only by :func:`linear`), else ``weight`` itself."""
     if weight.device.type != "cpu" or not packing_supported(weight.dtype):
         return weight
+    return reorder_weight(weight)
+
+
+def reorder_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` reordered into oneDNN's blocked layout, whatever :data:`PACKED_DTYPES` says
+    (for measuring a layout, as ``bench/bench_layout.py`` does; models use :func:`pack_weight`)."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
 
