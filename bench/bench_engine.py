@@ -48,7 +48,7 @@ import torch
 from edgespec.data.chat import chat_token_ids
 from edgespec.data.prepare import load_records
 from edgespec.decoding.engine import DecodingConfig, generate_rounds
-from edgespec.models.cpu_linear import packing_supported
+from edgespec.models.cpu_linear import packing_supported, reorder_all_weights
 from edgespec.models.load import load_model, load_pair, resolve_torch_dtype, stop_token_ids
 from edgespec.models.precision import cpu_flags, machine_summary, native_bf16, quantize_model
 from edgespec.seeding import numpy_rng, torch_generator
@@ -149,6 +149,12 @@ def main() -> None:
         "(float32 weights quantised; the target stays in --dtype)",
     )
     ap.add_argument(
+        "--reorder-float32",
+        action="store_true",
+        help="reorder float32 linear weights once for oneDNN, in every method's models (the "
+        "workflow keeps them plain: edgespec.models.cpu_linear)",
+    )
+    ap.add_argument(
         "--sweep", type=int, nargs="*", default=[], help="batch sizes for the crossover table"
     )
     ap.add_argument(
@@ -175,6 +181,9 @@ def main() -> None:
             else load_model(model_dir / "draft", "float32", "draft")
         )
         int8_draft = quantize_model(float_draft, "int8_dynamic")
+    if args.reorder_float32:
+        for model in (draft, target):
+            reorder_all_weights(model)
     eos = set(stop_token_ids(tok, target))
     pad = tok.pad_token_id if tok.pad_token_id is not None else min(eos)
     records = load_records(
@@ -332,7 +341,7 @@ def _report(args, methods, timings, outputs, gammas, prompts, hf, engine, int8_d
     }
     layout = (
         "reordered once for oneDNN"
-        if packing_supported(resolve_torch_dtype(args.dtype))
+        if packing_supported(resolve_torch_dtype(args.dtype)) or args.reorder_float32
         else "in their plain layout"
     )
     capped = f" with {' '.join(f'{k}={v}' for k, v in caps.items())}" if caps else ""

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from edgespec.models.cpu_linear import OneDNNLinear, reorder_weight
+from edgespec.models.cpu_linear import reorder_all_weights
 from edgespec.models.load import load_model
 from edgespec.models.precision import cpu_flags
 
@@ -37,9 +37,7 @@ def _rss_gib() -> float:
 def reorder_weights(model) -> float:
     """Reorder every routed layer's weight for oneDNN, whatever the dtype; seconds taken."""
     start = time.perf_counter()
-    for module in model.modules():
-        if type(module) is OneDNNLinear and not module.weight.is_mkldnn:
-            module.weight = torch.nn.Parameter(reorder_weight(module.weight), requires_grad=False)
+    reorder_all_weights(model)
     return time.perf_counter() - start
 
 

@@ -5,6 +5,8 @@ where they apply, and undone for quantisation, copies and moves."""
 from __future__ import annotations
 
 import copy
+import gc
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,10 +16,12 @@ from edgespec.models.cpu_linear import (
     OneDNNLinear,
     linear,
     onednn_available,
+    own_storage,
     pack_weight,
     packing_supported,
     plain_linear,
     plain_parameters,
+    reorder_all_weights,
     use_onednn_linear,
 )
 from edgespec.models.tiny import build_tiny_model
@@ -180,3 +184,54 @@ def test_the_dtype_probe_times_the_route_the_models_take(monkeypatch):
     )
     time_products("bfloat16", (2,), 32, 48, layers=2, repeats=1)
     assert weights and set(weights) == {packing_supported(torch.bfloat16)}
+
+
+def test_float32_weights_reordered_on_request_keep_outputs_and_greedy_tokens():
+    reference = build_tiny_model(vocab_size=61, seed=0, hidden_size=64)
+    routed = build_tiny_model(vocab_size=61, seed=0, hidden_size=64)
+    use_onednn_linear(routed)
+    layers = [m for m in routed.modules() if type(m) is OneDNNLinear]
+    assert not any(m.weight.is_mkldnn for m in layers)  # the workflow's float32 layout: plain
+    assert reorder_all_weights(routed) == len(layers) > 0
+    assert all(m.weight.is_mkldnn for m in layers)
+    ids = torch.tensor([[3, 17, 29, 5], [40, 2, 11, 58]])
+    with torch.inference_mode():
+        assert torch.allclose(routed(ids).logits, reference(ids).logits, atol=1e-5)
+        kwargs = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0}
+        assert torch.equal(routed.generate(ids, **kwargs), reference.generate(ids, **kwargs))
+    assert reorder_all_weights(routed) == 0
+
+
+def test_reordered_weights_hold_no_view_of_the_checkpoint(tmp_path):
+    """Loaded from safetensors and reordered, the tensors left plain (embeddings, norms,
+    biases) are copies: no tensor keeps the memory-mapped file, so its pages are not held
+    beside the reordered weights."""
+    from edgespec.models.load import load_model
+
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        pytest.skip("needs /proc/self/maps (Linux)")
+    build_tiny_model(vocab_size=61, seed=0, hidden_size=64).save_pretrained(tmp_path)
+    checkpoint = str(tmp_path / "model.safetensors")
+    model = load_model(tmp_path, "float32")
+    reorder_all_weights(model)
+    gc.collect()
+    assert checkpoint not in maps.read_text()
+    assert model.lm_head.weight.is_mkldnn and not model.model.embed_tokens.weight.is_mkldnn
+    reference = build_tiny_model(vocab_size=61, seed=0, hidden_size=64)
+    ids = torch.tensor([[3, 17, 29, 5]])
+    with torch.inference_mode():
+        assert torch.allclose(model(ids).logits, reference(ids).logits, atol=1e-5)
+
+
+def test_own_storage_copies_every_plain_tensor_and_keeps_ties():
+    model = build_tiny_model(vocab_size=61, seed=0)
+    model.lm_head.weight = model.model.embed_tokens.weight  # tied, as the config says
+    before = dict(model.state_dict(keep_vars=True))
+    own_storage(model)
+    after = model.state_dict(keep_vars=True)
+    for name, tensor in after.items():
+        assert tensor is not before[name] and torch.equal(tensor, before[name]), name
+        assert tensor.untyped_storage().data_ptr() != before[name].untyped_storage().data_ptr()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert all(isinstance(p, torch.nn.Parameter) for p in model.parameters())

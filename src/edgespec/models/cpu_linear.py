@@ -23,10 +23,20 @@ otherwise), bf16 models keep their linear weights reordered once, at load (the w
 compiler freezes CPU weights). Measured on a 2-core AMD EPYC with AVX512_BF16, whole forwards
 of Qwen2.5-Coder-1.5B in bf16 (64-token cache, medians of 7): 316 -> 172 ms at 1 row x 1 new
 token, 265 -> 148 ms at 1 x 5, 372 -> 314 ms at 16 x 1, 973 -> 755 ms at 16 x 5; the 0.5B
-draft 107 -> 82 ms at 1 x 1 and 173 -> 143 ms at 16 x 1; logits bit-identical. float32 weights
-stay in their layout: reordered, float32 products of 5 rows and more gained, but one-row
-products (a batch-1 decoding step) lost up to 40% with oneDNN capped at AVX2 (the draft's step
-89 -> 133-141 ms).
+draft 107 -> 82 ms at 1 x 1 and 173 -> 143 ms at 16 x 1; logits bit-identical.
+
+float32 weights stay in their layout, because reordering them costs a workflow job more than
+it saves. On a 2-core AMD EPYC with AVX2 only (where ``auto`` picks float32),
+``bench/bench_layout.py`` (2 threads, medians of 7) sped whole target forwards 305 -> 245 ms
+at 1 x 1, 491 -> 291 ms at 1 x 3, 551 -> 379 ms at 1 x 5, 827 -> 717 ms at 16 x 1 and
+2220 -> 2009 ms at 16 x 5 (draft: 90 -> 94 ms at 1 x 1, 304 -> 252 ms at 16 x 1). But in the
+workflow (one thread per job, batch 16) job ``decode_wisv topk_accept g4``, run twice each way
+and interleaved, decoded in 60.0 and 55.5 s reordered against 59.6 and 61.8 s plain, and took
+118 and 107 s in all against 71 and 75 s: reordering 8.2 GB of float32 weights at load, read
+through the checkpoint's memory map, cost about 40 s. (An earlier emulation, oneDNN capped at
+AVX2 on an AVX-512 CPU, had reordered one-row products losing up to 40%; the real AVX2 CPU
+shows no such loss.) Where a process loads a model once and decodes a row at a time (the
+engine benchmark's batch 1), :func:`reorder_all_weights` reorders float32 weights too.
 
 GPUs and models that need gradients keep ``F.linear``. A reordered weight cannot move to
 another device or dtype: :func:`plain_linear` gives the model its plain layers back first.
@@ -65,7 +75,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 PACKED_DTYPES = (torch.bfloat16,)
 """dtypes whose linear weights are kept reordered for oneDNN (module docstring: float32 is not,
-as reordered one-row products lost on AVX2)."""
+as reordering at load cost a workflow job more time than it saved)."""
 
 
 @functools.cache
@@ -149,6 +159,50 @@ def use_onednn_linear(model: torch.nn.Module) -> int:
                 module.weight = _reordered_parameter(module.weight)
             changed += 1
     return changed
+
+
+def reorder_all_weights(model: torch.nn.Module) -> int:
+    """Reorder the weight of every layer :func:`use_onednn_linear` routed, whatever
+    :data:`PACKED_DTYPES` says (float32 too; bf16 only where the CPU can), in place, then give
+    the remaining tensors their own memory (:func:`own_storage`). Returns how many weights
+    were reordered."""
+    reordered = 0
+    for module in model.modules():
+        if type(module) is OneDNNLinear and not module.weight.is_mkldnn:
+            try:
+                weight = reorder_weight(module.weight)
+            except RuntimeError:  # bf16 without native support
+                continue
+            module.weight = torch.nn.Parameter(weight, requires_grad=False)
+            reordered += 1
+    if reordered:
+        own_storage(model)
+    return reordered
+
+
+def own_storage(model: torch.nn.Module) -> None:
+    """Give every plain parameter and buffer of ``model`` its own memory, in place (ties kept).
+
+    A model loaded from safetensors holds views of the memory-mapped file; once its linear
+    weights are reordered copies, the few tensors left (embeddings, norms, biases) would keep
+    the whole mapping, and so the file's pages, resident beside them."""
+    # By the original's id, so tied tensors stay tied; the original is held until the end so
+    # that its id cannot be reused meanwhile.
+    copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def private(tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) not in copies:
+            clone = tensor.detach().clone()
+            if isinstance(tensor, torch.nn.Parameter):
+                clone = torch.nn.Parameter(clone, requires_grad=tensor.requires_grad)
+            copies[id(tensor)] = (tensor, clone)
+        return copies[id(tensor)][1]
+
+    for module in model.modules():
+        for tensors in (module._parameters, module._buffers):
+            for name, tensor in list(tensors.items()):
+                if tensor is not None and not tensor.is_mkldnn:
+                    tensors[name] = private(tensor)
 
 
 def plain_linear(model: torch.nn.Module) -> None:
