@@ -12,23 +12,11 @@ efficiency at that shape, not by memory or arithmetic:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from edgespec.models.cpu_linear import linear
-from edgespec.models.precision import cpu_flags
-
-
-def _median_s(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from edgespec.models.precision import cpu_flags, median_seconds
 
 
 def main() -> None:
@@ -51,13 +39,13 @@ def main() -> None:
     with torch.inference_mode():
         for threads in args.threads:
             torch.set_num_threads(threads)
-            seconds = _median_s(big.sum, max(3, args.repeats // 4))
+            seconds = median_seconds(big.sum, max(3, args.repeats // 4))
             print(f"| {threads} | sum over 2 GiB | | {big.numel() * 4 / seconds / 1e9:.1f} |")
-            seconds = _median_s(lambda: a @ b, args.repeats)
+            seconds = median_seconds(lambda: a @ b, args.repeats)
             print(f"| {threads} | square GEMM 2048 | {2 * 2048**3 / seconds / 1e9:.1f} | |")
             for rows in args.rows:
                 x = torch.randn(rows, args.in_features, generator=gen)
-                seconds = _median_s(lambda x=x: linear(x, weight), args.repeats)
+                seconds = median_seconds(lambda x=x: linear(x, weight), args.repeats)
                 flops = 2 * rows * args.in_features * args.out_features
                 print(
                     f"| {threads} | {rows} rows x {args.in_features} -> {args.out_features} | "

@@ -132,11 +132,16 @@ def time_products(
                 for w in weights:
                     linear(x, w)
 
-    run()
+    return median_seconds(run, repeats)
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall seconds of ``repeats`` calls of ``fn`` after one untimed warm-up call."""
+    fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        run()
+        fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
