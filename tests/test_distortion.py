@@ -11,9 +11,15 @@ from scipy.stats import chisquare
 
 from edgespec.cuhlm.distortion import committed_law, output_distortion, output_distortion_grid
 from edgespec.cuhlm.policies import ExactTopKPolicy, FixedK, ThresholdPolicy
-from edgespec.decoding.compression import reconstruct_topk, total_variation
+from edgespec.decoding.compression import (
+    reconstruct_topk,
+    resampling_distortion,
+    sort_by_draft,
+    total_variation,
+    vocabulary_ranks,
+)
 from edgespec.decoding.engine import DecodingConfig, generate_tokenwise
-from edgespec.decoding.sampling import probabilities, verify_single_token
+from edgespec.decoding.sampling import probabilities, residual_distribution, verify_single_token
 
 VOCAB = 61
 
@@ -109,6 +115,45 @@ def test_grid_and_rows():
     assert (grid[:, 2] < 1e-15).all()
     per_row_k = output_distortion(x, y, torch.tensor([1, 3, 20, 1, 3]))
     torch.testing.assert_close(per_row_k, grid[[0, 1, 2, 3, 4], [0, 1, 2, 0, 1]])
+
+
+def _awkward_rows(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows that test the sorted-prefix shortcuts: random, tied draft values, exact zeros in
+    x, y == x (an empty residual), and a draft with all its mass on its top 3 (tail level 0)."""
+    g = _gen(7)
+    x = torch.softmax(2 * torch.randn(6, 40, generator=g, dtype=torch.float64), -1)
+    y = torch.softmax(2 * torch.randn(6, 40, generator=g, dtype=torch.float64), -1)
+    x[1, :12] = x[1, :12].mean()
+    x[2, 5:25] = 0
+    x[2] /= x[2].sum()
+    y[3] = x[3]
+    x[4] = 0
+    x[4, [3, 17, 30]] = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    return x.to(dtype), y.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_grids_from_one_sort_equal_the_direct_formulas(dtype):
+    """Both k grids, computed from prefix sums in the draft's order, equal TVD(y_hat_k, y) and
+    TVD(r, r_hat_k) built directly from x_hat_k for every row and k, awkward rows included."""
+    x, y = _awkward_rows(dtype)
+    grid = [1, 2, 3, 7, 12, 13, 20, 39, 40]
+    pair = sort_by_draft(x, y)
+    otvd = output_distortion_grid(x, y, grid, pair)
+    tvd = resampling_distortion(x, y, grid, pair)
+    x64, y64 = x.to(torch.float64), y.to(torch.float64)
+    ranks = vocabulary_ranks(x)
+    for j, k in enumerate(grid):
+        x_hat = reconstruct_topk(x64, k, ranks)
+        direct_out = total_variation(committed_law(x64, x_hat, y64), y64)
+        direct_res = total_variation(
+            residual_distribution(y64, x64), residual_distribution(y64, x_hat)
+        )
+        torch.testing.assert_close(otvd[:, j], direct_out, rtol=0, atol=1e-14)
+        torch.testing.assert_close(tvd[:, j], direct_res, rtol=0, atol=1e-14)
+    # at k = |V| only the inputs' own rounding is left (x and y sum to 1 within it)
+    assert (tvd[:, -1] == 0).all() and (otvd[:, -1] < 10 * torch.finfo(dtype).eps).all()
+    assert otvd[0, 0] > 0.01 and tvd[0, 0] > 0.01  # a real distortion, not all zeros
 
 
 def _one_step_law(draft, target, prompt):

@@ -24,7 +24,12 @@ from collections.abc import Sequence
 
 import torch
 
-from edgespec.decoding.compression import reconstruct_topk, total_variation, vocabulary_ranks
+from edgespec.decoding.compression import (
+    SortedByDraft,
+    reconstruct_topk,
+    sort_by_draft,
+    total_variation,
+)
 from edgespec.decoding.sampling import residual_distribution
 
 
@@ -71,9 +76,46 @@ def output_distortion(
 
 
 def output_distortion_grid(
-    draft_probs: torch.Tensor, target_probs: torch.Tensor, k_values: Sequence[int]
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    k_values: Sequence[int],
+    sorted_pair: SortedByDraft | None = None,
 ) -> torch.Tensor:
-    """TVD(y_hat_k, y) for each k of a grid (d ~ x): [N, len(k_values)], one sort per row."""
-    ranks = vocabulary_ranks(draft_probs)
-    out = [output_distortion(draft_probs, target_probs, int(k), ranks) for k in k_values]
+    """TVD(y_hat_k, y) for each k of a grid (d ~ x): [N, len(k_values)], one sort per row.
+
+    In the draft's order the top-k entries are verified against x itself: there y_hat - y =
+    -(y - x)^+ (1 - rho / Z), so the head contributes |1 - rho / Z| times a prefix sum, and
+    only the tail, verified against the constant x_hat level t, is summed per k (rho, the
+    rejection mass, and Z, the residual's, each add a head prefix sum to a tail sum). A row
+    whose residual is empty (Z = 0) is computed by :func:`output_distortion`. ``sorted_pair``
+    (``sort_by_draft(draft_probs, target_probs)``) saves the sort.
+    """
+    pair = sorted_pair if sorted_pair is not None else sort_by_draft(draft_probs, target_probs)
+    vocab = pair.vocab
+    tiny = torch.finfo(torch.float64).tiny
+    out = []
+    for k in k_values:
+        k = int(k)
+        if not 1 <= k <= vocab:
+            raise ValueError(f"k={k} outside [1, {vocab}]")
+        head_excess = pair.excess_prefix[:, k - 1]
+        rejected = pair.deficit_prefix[:, k - 1]
+        mass = head_excess
+        if k < vocab:
+            level = pair.tail_level(k).unsqueeze(1)
+            x_tail, y_tail = pair.x[:, k:], pair.y[:, k:]
+            accept = torch.where(level > 0, (y_tail / level.clamp_min(tiny)).clamp_(max=1.0), 1.0)
+            kept = accept.mul_(x_tail)
+            rejected = rejected + (x_tail - kept).sum(-1)
+            tail_excess = (y_tail - level).clamp_min_(0)
+            mass = mass + tail_excess.sum(-1)
+        ratio = rejected / mass.clamp_min(tiny)
+        tvd = head_excess * (1 - ratio).abs()
+        if k < vocab:
+            tvd = tvd + kept.add_(tail_excess.mul_(ratio.unsqueeze(1))).sub_(y_tail).abs_().sum(-1)
+        tvd = 0.5 * tvd
+        empty = mass <= 0
+        if bool(empty.any()):
+            tvd[empty] = output_distortion(draft_probs[empty], target_probs[empty], k)
+        out.append(tvd)
     return torch.stack(out, dim=1)

@@ -22,7 +22,11 @@ import pandas as pd
 import torch
 
 from edgespec.cuhlm.distortion import output_distortion_grid
-from edgespec.decoding.compression import resampling_distortion, topk_mass_and_error
+from edgespec.decoding.compression import (
+    resampling_distortion,
+    sort_by_draft,
+    topk_mass_and_error,
+)
 from edgespec.decoding.engine import DecodingConfig, TokenStep, UploadFull, generate_tokenwise
 from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import probabilities, rejection_probability
@@ -73,9 +77,10 @@ def collect_traces(
         x_d = x.gather(1, d.unsqueeze(1)).squeeze(1)
         y_d = y.gather(1, d.unsqueeze(1)).squeeze(1)
         beta = rejection_probability(d, x, y)
-        mass, error = topk_mass_and_error(x, grid)
-        tvd = resampling_distortion(x, y, grid)
-        output_tvd = output_distortion_grid(x, y, grid)
+        pair = sort_by_draft(x, y)  # one sort of the vocabulary serves the whole k grid
+        mass, error = topk_mass_and_error(x, grid, pair)
+        tvd = resampling_distortion(x, y, grid, pair)
+        output_tvd = output_distortion_grid(x, y, grid, pair)
         columns = {
             "prompt_id": [prompt_ids[i] for i in step.prompt_indices],
             "position": step.position.tolist(),

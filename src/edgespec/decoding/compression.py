@@ -7,6 +7,8 @@ x_hat_i = (1 - S_k) / (|V| - k), elsewhere, so x_hat sums to one without renorma
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from edgespec.decoding.sampling import residual_distribution
@@ -56,8 +58,55 @@ def reconstruct_topk(
     return torch.where(kept, probs, tail_value)
 
 
+@dataclass(frozen=True)
+class SortedByDraft:
+    """A draft and a target distribution [N, V] in float64, both ordered by the draft's
+    probabilities, largest first (``torch.sort``'s order, the one :func:`vocabulary_ranks`
+    breaks ties by), with the prefix sums that give every top-k quantity of the head at once:
+    ``x_prefix`` (S_k), ``excess_prefix`` (sum of (y - x)^+) and ``deficit_prefix`` (sum of
+    (x - y)^+) over the first k entries.
+
+    One sort serves a whole k grid: the top-k set is the first k entries, so the head's terms
+    come from the prefix sums and only the tail, where x_hat is a constant, is summed per k.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    x_prefix: torch.Tensor
+    excess_prefix: torch.Tensor
+    deficit_prefix: torch.Tensor
+
+    @property
+    def vocab(self) -> int:
+        return int(self.x.shape[-1])
+
+    def tail_level(self, k: int) -> torch.Tensor:
+        """x_hat's constant value outside the top k, (1 - S_k)^+ / (V - k) [N] (k < V)."""
+        return (1 - self.x_prefix[:, k - 1]).clamp_min(0) / (self.vocab - k)
+
+
+def sort_by_draft(draft_probs: torch.Tensor, target_probs: torch.Tensor) -> SortedByDraft:
+    """:class:`SortedByDraft` of x = ``draft_probs`` and y = ``target_probs`` [N, V]."""
+    if draft_probs.shape != target_probs.shape or draft_probs.dim() != 2:
+        raise ValueError(
+            f"need two [N, V] distributions of one shape, got {tuple(draft_probs.shape)} "
+            f"and {tuple(target_probs.shape)}"
+        )
+    order = draft_probs.sort(dim=-1, descending=True).indices
+    x = draft_probs.to(torch.float64).gather(-1, order)
+    y = target_probs.to(torch.float64).gather(-1, order)
+    diff = y - x
+    return SortedByDraft(
+        x,
+        y,
+        x.cumsum(-1),
+        diff.clamp_min(0).cumsum(-1),
+        diff.neg_().clamp_min_(0).cumsum(-1),
+    )
+
+
 def topk_mass_and_error(
-    probs: torch.Tensor, k_values: list[int]
+    probs: torch.Tensor, k_values: list[int], sorted_pair: SortedByDraft | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k mass S_k and reconstruction error N_k = ||x - x_hat_k||_1 for each k of a grid.
 
@@ -65,11 +114,14 @@ def topk_mass_and_error(
     tail of the sorted distribution above the uniform level u_k = (1 - S_k) / (V - k) is a
     prefix of the tail, so N_k = 2 * (H_k - m_k * u_k) + (V - k) * u_k - T_k, with H_k, m_k the
     sum and length of that prefix and T_k the tail mass (methods §3.4; equals 2(H_k - m_k u_k)
-    when x sums to one).
+    when x sums to one). ``sorted_pair`` (:func:`sort_by_draft` of ``probs``) saves the sort.
     """
     vocab = probs.shape[-1]
-    sorted_probs = probs.sort(dim=-1, descending=True).values.to(torch.float64)
-    prefix = torch.cumsum(sorted_probs, dim=-1)
+    if sorted_pair is not None:
+        sorted_probs, prefix = sorted_pair.x, sorted_pair.x_prefix
+    else:
+        sorted_probs = probs.sort(dim=-1, descending=True).values.to(torch.float64)
+        prefix = torch.cumsum(sorted_probs, dim=-1)
     total = prefix[:, -1:]
     masses, errors = [], []
     ascending = sorted_probs.flip(-1)
@@ -100,16 +152,47 @@ def total_variation(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def resampling_distortion(
-    draft_probs: torch.Tensor, target_probs: torch.Tensor, k_values: list[int]
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    k_values: list[int],
+    sorted_pair: SortedByDraft | None = None,
 ) -> torch.Tensor:
     """Measured TVD(r, r_hat_k) between the exact residual and the one built from x_hat_k.
 
-    ``draft_probs``, ``target_probs`` [N, V]; returns [N, len(k_values)] (methods §3.4).
+    ``draft_probs``, ``target_probs`` [N, V]; returns [N, len(k_values)] in float64 (methods
+    §3.4). With r = (y - x)^+ / Z and r_hat = (y - x_hat)^+ / Z_hat, the top-k entries share
+    x_hat = x, so the head contributes sum_{i<k} (y_i - x_i)^+ |1/Z - 1/Z_hat| from a prefix
+    sum, and only the tail is summed per k. A row whose residual is empty (Z or Z_hat = 0,
+    where ``residual_distribution`` falls back to y) is computed directly. ``sorted_pair``
+    (:func:`sort_by_draft` of the two) saves the sort.
     """
-    exact = residual_distribution(target_probs, draft_probs)
-    ranks = vocabulary_ranks(draft_probs)
+    pair = sorted_pair if sorted_pair is not None else sort_by_draft(draft_probs, target_probs)
+    vocab = pair.vocab
+    tiny = torch.finfo(torch.float64).tiny
+    exact_mass = pair.excess_prefix[:, -1]
+    safe_exact = exact_mass.clamp_min(tiny).unsqueeze(1)
+    exact = (pair.y - pair.x).clamp_min_(0).div_(safe_exact)  # r, in the draft's order
     out = []
     for k in k_values:
-        approx = residual_distribution(target_probs, reconstruct_topk(draft_probs, k, ranks))
-        out.append(total_variation(exact, approx))
+        if not 1 <= k <= vocab:
+            raise ValueError(f"k={k} outside [1, {vocab}]")
+        if k == vocab:  # x_hat = x: the same residual
+            out.append(torch.zeros_like(exact_mass))
+            continue
+        head_excess = pair.excess_prefix[:, k - 1]
+        approx = (pair.y[:, k:] - pair.tail_level(k).unsqueeze(1)).clamp_min_(0)
+        approx_mass = head_excess + approx.sum(-1)
+        safe_approx = approx_mass.clamp_min(tiny).unsqueeze(1)
+        tail = approx.div_(safe_approx).sub_(exact[:, k:]).abs_().sum(-1)
+        head = head_excess * (1 / safe_exact.squeeze(1) - 1 / safe_approx.squeeze(1)).abs()
+        tvd = 0.5 * (head + tail)
+        empty = (exact_mass <= 0) | (approx_mass <= 0)
+        if bool(empty.any()):
+            x = draft_probs[empty].to(torch.float64)
+            y = target_probs[empty].to(torch.float64)
+            tvd[empty] = total_variation(
+                residual_distribution(y, x),
+                residual_distribution(y, reconstruct_topk(x, k, vocabulary_ranks(x))),
+            )
+        out.append(tvd)
     return torch.stack(out, dim=1)
