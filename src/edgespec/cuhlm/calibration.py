@@ -25,8 +25,6 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from sklearn.linear_model import LinearRegression
 
 SKIP_NOTHING_THRESHOLD = -1.0
 """A threshold below every possible u (u >= 0): skips no token. Returned by
@@ -102,6 +100,8 @@ def fit_rejection_model(u, beta) -> LinearFit:
             f"u is constant ({u_arr[0]:g}) on all {n} calibration tokens: the slope a is "
             "undetermined"
         )
+    from sklearn.linear_model import LinearRegression  # decoding jobs import LinearFit only
+
     model = LinearRegression().fit(u_arr.reshape(-1, 1), beta_arr)
     a = float(model.coef_[0])
     b = float(model.intercept_)
@@ -152,6 +152,8 @@ def binned_rejection(u, beta, confidence: float = 0.95, max_bins: int = 50) -> p
     ).reset_index(drop=True)
     counts = out["count"].to_numpy()
     dof = np.maximum(counts - 1, 1)
+    from scipy import stats
+
     quantile = stats.t.ppf(0.5 + confidence / 2, dof)
     half = quantile * out["beta_std"].to_numpy() / np.sqrt(counts)
     half = np.where(counts > 1, half, np.nan)
