@@ -82,3 +82,29 @@ def test_bootstrap_drops_resamples_where_the_statistic_is_undefined():
         np.arange(3.0), np.random.default_rng(0), statistic=lambda i: np.nan, samples=50
     )
     assert np.isnan(never.low) and np.isnan(never.high)
+
+
+def test_vectorized_statistic_gives_the_interval_of_one_call_per_resample():
+    """The same draws, resample by resample: a ratio of sums over a random prompt set, with
+    resamples where the denominator vanishes dropped in both forms."""
+    rng = np.random.default_rng(3)
+    num, den = rng.exponential(size=12), rng.integers(0, 2, size=12).astype(float)
+
+    def one(index):
+        idx = index.astype(int)
+        return num[idx].sum() / den[idx].sum() if den[idx].sum() else np.nan
+
+    def every(index):  # [resamples, n] -> [resamples]
+        idx = index.astype(int)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(den[idx].sum(-1) != 0, num[idx].sum(-1) / den[idx].sum(-1), np.nan)
+
+    values = np.arange(12.0)
+    loop = bootstrap_interval(values, np.random.default_rng(9), statistic=one, samples=300)
+    fast = bootstrap_interval(
+        values, np.random.default_rng(9), statistic=every, samples=300, vectorized=True
+    )
+    assert fast.point == pytest.approx(loop.point, rel=1e-12)
+    assert fast.low == pytest.approx(loop.low, rel=1e-12)
+    assert fast.high == pytest.approx(loop.high, rel=1e-12)
+    assert loop.low < loop.point < loop.high

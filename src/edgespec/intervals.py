@@ -74,9 +74,12 @@ def bootstrap_interval(
     level: float = BOOTSTRAP_LEVEL,
     samples: int = BOOTSTRAP_SAMPLES,
     statistic: Callable[[np.ndarray], float] | None = None,
+    vectorized: bool = False,
 ) -> Interval:
     """``statistic`` (default: the mean) of per-prompt ``values`` with a percentile bootstrap
     interval: ``samples`` resamples of the prompts with replacement, drawn from ``rng``.
+    ``vectorized``: ``statistic`` takes every resample at once, a [samples, n] array, and
+    returns [samples] (the same draws as one call per resample, without a Python loop).
 
     NaNs are dropped first (a prompt without a gold answer has no exact match), and so are
     resamples where ``statistic`` is undefined (NaN, e.g. a ratio whose resampled denominator is
@@ -94,6 +97,10 @@ def bootstrap_interval(
     if statistic is None:
         point = float(x.mean())
         draws = x[rng.integers(0, x.size, size=(int(samples), x.size))].mean(axis=1)
+    elif vectorized:
+        point = float(np.asarray(statistic(x[np.newaxis]), dtype=float)[0])
+        idx = rng.integers(0, x.size, size=(int(samples), x.size))
+        draws = np.asarray(statistic(x[idx]), dtype=float).reshape(-1)
     else:
         point = float(statistic(x))
         idx = rng.integers(0, x.size, size=(int(samples), x.size))

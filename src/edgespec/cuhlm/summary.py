@@ -102,15 +102,16 @@ def _ratio_of_sums(
     resamples whose denominator is 0, e.g. no upload among the drawn prompts, are dropped)."""
     num, den = np.asarray(num, float), np.asarray(den, float)
 
-    def statistic(index: np.ndarray) -> float:
+    def statistic(index: np.ndarray) -> np.ndarray:  # [resamples, n] -> [resamples]
         idx = index.astype(np.int64)
-        total = den[idx].sum()
-        return float(num[idx].sum() / total) if total != 0 else np.nan
+        total = den[idx].sum(-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(total != 0, num[idx].sum(-1) / total, np.nan)
 
     if len(num) == 0 or den.sum() == 0:
         return {"point": np.nan, "low": np.nan, "high": np.nan}
     interval = bootstrap_interval(
-        np.arange(len(num), dtype=float), rng, level, samples, statistic=statistic
+        np.arange(len(num), dtype=float), rng, level, samples, statistic=statistic, vectorized=True
     )
     return {"point": interval.point, "low": interval.low, "high": interval.high}
 

@@ -96,13 +96,16 @@ def _cube(costs: pd.DataFrame, prompts: list[Any]) -> tuple[list[int], dict[str,
 
 
 def _stat(cube: dict[str, np.ndarray], name: str, idx: np.ndarray | None = None) -> np.ndarray:
-    """Per seed (rows of the cube), the ratio metric over prompts ``idx`` (all: None)."""
+    """Per seed (rows of the cube), the ratio metric over prompts ``idx`` (all: None). With a
+    one-row cube (seed means) and ``idx`` [resamples, n], one value per resample."""
     num_f, den_f, scale = RATIO_METRICS[name]
-    num = cube[num_f] if idx is None else cube[num_f][:, idx]
+    if idx is not None and idx.ndim == 2:  # resamples of a one-row cube
+        cube = {f: v[0] for f, v in cube.items()}
+    num = cube[num_f] if idx is None else cube[num_f][..., idx]
     if den_f is None:
         den = np.full(num.shape[0], num.shape[1], dtype=np.float64)
     else:
-        den = (cube[den_f] if idx is None else cube[den_f][:, idx]).sum(1)
+        den = (cube[den_f] if idx is None else cube[den_f][..., idx]).sum(1)
     total = num.sum(1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den != 0, scale * total / den, np.nan)
@@ -182,7 +185,8 @@ def summarise(
                 cfg.rng(*tag, name),
                 cfg.boot_level,
                 cfg.samples,
-                statistic=lambda i, name=name, m=seed_mean: float(_stat(m, name, i.astype(int))[0]),
+                statistic=lambda i, name=name, m=seed_mean: _stat(m, name, i.astype(int)),
+                vectorized=True,
             )
             row.update(_metric_block(name, _seed_bounds(per_seed, cfg.seed_level), boot))
         ref_key = (REFERENCE, channel, gamma)
@@ -205,11 +209,17 @@ def summarise(
 
                 def paired(i, base=base, relate=relate, ours_m=ours_m, ref_m=ref_m):
                     i = i.astype(int)
-                    ref = float(_stat(ref_m, base, i)[0])
-                    return relate(float(_stat(ours_m, base, i)[0]), ref) if ref else math.nan
+                    ref = _stat(ref_m, base, i)
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        return np.where(ref != 0, relate(_stat(ours_m, base, i), ref), math.nan)
 
                 boot = bootstrap_interval(
-                    index, cfg.rng(*tag, name), cfg.boot_level, cfg.samples, statistic=paired
+                    index,
+                    cfg.rng(*tag, name),
+                    cfg.boot_level,
+                    cfg.samples,
+                    statistic=paired,
+                    vectorized=True,
                 )
                 row.update(_metric_block(name, _seed_bounds(per_seed, cfg.seed_level), boot))
         row.update(_score_block(score_means, key, ref_key, prompts, cfg, tag))
