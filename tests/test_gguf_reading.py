@@ -25,9 +25,10 @@ def test_dequantised_values_equal_gguf_own(tmp_path, monkeypatch, qtype):
     path = tmp_path / "blocks.bin"
     raw.tofile(path)
     data = np.memmap(path, dtype=np.uint8, mode="r", shape=raw.shape)  # as GGUFReader maps it
-    plain = gguf.dequantize(data, qtype)
-    with faster_gguf_reading():
-        fast = gguf.dequantize(data, qtype)
+    with np.errstate(all="ignore"):  # random scales overflow now and then
+        plain = gguf.dequantize(data, qtype)
+        with faster_gguf_reading():
+            fast = gguf.dequantize(data, qtype)
     assert plain.shape == fast.shape == (37, 3 * block_size)
     assert np.array_equal(plain, fast, equal_nan=True)
     assert np.isfinite(plain).mean() > 0.5  # random scales: mostly real numbers
