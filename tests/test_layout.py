@@ -125,6 +125,21 @@ def test_the_check_sees_a_heavy_import():
     assert out.stdout.strip() == "True"
 
 
+@pytest.mark.parametrize(
+    "module", ["edgespec.cuhlm.decode", "edgespec.wisv.decode", "edgespec.runconfig"]
+)
+def test_decoding_modules_leave_the_solvers_unimported(module):
+    """The 23 decode jobs of a default run never solve a programme: cvxpy (about 1-2.5 s of
+    each job's start-up) is imported where a solve happens."""
+    code = (
+        f"import sys, {module}\n"
+        "heavy = sorted(m for m in ('cvxpy', 'sklearn') if m in sys.modules)\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"{module} pulls in {out.stdout.strip()}"
+
+
 SCRIPTS = sorted((PACKAGE.parents[1] / "workflow" / "scripts").glob("*.py"))
 WING_NAMES = {"cuhlm": "CU-HLM wing", "wisv": "WISV wing"}
 

@@ -29,7 +29,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import cvxpy as cp
 import numpy as np
 import pandas as pd
 import torch
@@ -265,6 +264,8 @@ def _solve_mip(cost, mean_bound, risk, theta_tv, risk_budget, solver):
     linearisation), which keeps z and w as the model's readable decisions. With a fixed u_th,
     w has one entry and p = z. Returns (z, w, status, solver) or None per solver failure.
     """
+    import cvxpy as cp  # lazily: decoding jobs import this module and never solve
+
     n_k, n_j = cost.shape
     z = cp.Variable(n_k, boolean=True)
     w = cp.Variable(n_j, boolean=True)
@@ -420,6 +421,8 @@ def optimize_k_star(
     feasible (k = |V| with nothing skipped). HiGHS's stdout banner is silenced at the
     file-descriptor level (:func:`_stdout_fd_silenced`).
     """
+    import cvxpy as cp  # lazily: decoding jobs import this module and never solve
+
     _validate(curves, latency, theta_tv, u_th, u_th_grid, risk_budget)
     k_values = curves.k_values
     thresholds = _candidate_thresholds(curves, u_th, u_th_grid)
