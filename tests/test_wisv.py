@@ -498,17 +498,55 @@ def test_metrics_of_a_decoded_run(vanilla):
     }
 
 
-def test_greedy_equivalence_check_accepts_equal_and_rejects_real_divergence(tiny_target):
-    from edgespec.wisv.decode import check_greedy_equivalence
+def _ragged_greedy(target_greedy):
+    """Target-only greedy continuations cut to different lengths (a prefix of a greedy
+    continuation is one too), so rows end inside and across the check's chunks."""
+    return [list(row[: MAX_NEW - 3 * (i % 4)]) for i, row in enumerate(target_greedy)]
 
-    prompt = [3, 5, 7]
+
+@pytest.mark.parametrize("chunk", [16, 3])
+@pytest.mark.parametrize("from_store", [False, True])
+def test_greedy_check_passes_the_targets_own_greedy_tokens(
+    tiny_target, target_greedy, vanilla, tmp_path, monkeypatch, chunk, from_store
+):
+    from edgespec.decoding.prefill_store import PrefillStore
+    from edgespec.wisv import decode as wisv_decode
+
+    monkeypatch.setattr(wisv_decode, "GREEDY_CHECK_CHUNK", chunk)
+    store = None
+    if from_store:
+        PrefillStore.compute({"target": tiny_target}, PROMPTS, 0, 4, tmp_path / "p.safetensors")
+        store = PrefillStore.load([tmp_path / "p.safetensors"])
+    rows = _ragged_greedy(target_greedy)
+    check = wisv_decode.check_greedy_equivalence(tiny_target, PROMPTS, rows, 1e-9, store)
+    assert check["identical"] == len(PROMPTS) and check["near_ties"] == 0
+    assert check["tokens"] == sum(map(len, rows))
+    _, completions = vanilla  # vanilla SD's own output, through the same check
+    assert wisv_decode.check_greedy_equivalence(tiny_target, PROMPTS, completions, 1e-9)[
+        "identical"
+    ] == len(PROMPTS)
+
+
+def _logits_after(target, ids):
     with torch.no_grad():
-        logits = tiny_target(torch.tensor([prompt])).logits[0, -1]
-    best, runner_up = logits.topk(2).indices.tolist()
-    ok = check_greedy_equivalence(tiny_target, [prompt], [[best, 1]], [[best, 1]], 0.25)
-    assert ok["identical"] == 1
-    with pytest.raises(AssertionError, match="not a numerical near-tie"):
-        check_greedy_equivalence(tiny_target, [prompt], [[runner_up]], [[best]], 1e-9)
-    gap = float(logits[best] - logits[runner_up])
-    tie = check_greedy_equivalence(tiny_target, [prompt], [[runner_up]], [[best]], gap + 1e-6)
-    assert tie["near_tie_divergences"] == 1
+        return target(torch.tensor([ids])).logits[0, -1]
+
+
+@pytest.mark.parametrize("position", [0, 2, 3, 5])
+def test_greedy_check_rejects_a_token_the_target_would_not_choose(
+    tiny_target, target_greedy, monkeypatch, position
+):
+    from edgespec.wisv import decode as wisv_decode
+
+    monkeypatch.setattr(wisv_decode, "GREEDY_CHECK_CHUNK", 3)  # 3 and 5 open and end a chunk
+    rows = _ragged_greedy(target_greedy)
+    row = 1
+    logits = _logits_after(tiny_target, list(PROMPTS[row]) + rows[row][:position])
+    runner_up = int(logits.topk(2).indices[1])
+    rows[row] = rows[row][:position] + [runner_up]
+    with pytest.raises(AssertionError, match=f"new token {position} of prompt {row} "):
+        wisv_decode.check_greedy_equivalence(tiny_target, PROMPTS, rows, 1e-9)
+    gap = float(logits.max() - logits[runner_up])
+    tie = wisv_decode.check_greedy_equivalence(tiny_target, PROMPTS, rows, gap + 1e-6)
+    assert (tie["near_ties"], tie["identical"]) == (1, len(PROMPTS) - 1)
+    assert tie["max_margin"] == pytest.approx(gap, abs=1e-9)

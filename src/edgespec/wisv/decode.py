@@ -39,6 +39,7 @@ from edgespec.decoding.engine import (
     Prefills,
     RoundStats,
     generate_rounds,
+    prefill,
     strict_acceptance,
 )
 from edgespec.decoding.progress import DecodeProgress
@@ -231,45 +232,67 @@ def _round_table(
     return pd.DataFrame(records, columns=list(ROUND_COLUMNS))
 
 
+GREEDY_CHECK_CHUNK = 16
+"""New tokens per row that :func:`check_greedy_equivalence` feeds the target at once."""
+
+
 @torch.inference_mode()
 def check_greedy_equivalence(
     target: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
     speculative: Sequence[Sequence[int]],
-    reference: Sequence[Sequence[int]],
     tie_margin: float,
+    prefilled: Prefills | None = None,
+    pad_token_id: int = 0,
 ) -> dict[str, Any]:
-    """Check that vanilla greedy SD reproduced the target's own greedy tokens.
+    """Check that vanilla greedy SD committed the target's own greedy tokens.
 
-    ``speculative`` and ``reference`` are the new tokens per prompt of greedy SD and of
-    target-only greedy decoding. Where a row diverges, the target scores the common prefix once
-    more: a divergence is accepted only as a numerical near-tie (the two tokens' logits within
-    ``tie_margin``, as batched low-precision matmuls of different shapes can flip), otherwise
-    AssertionError. Returns counts for the log.
+    ``speculative`` holds the new tokens per prompt of greedy SD (an ending EOS included). The
+    target reads each prompt followed by its tokens in a fresh cache (the prompts' caches from
+    ``prefilled`` where given), :data:`GREEDY_CHECK_CHUNK` tokens per forward, and every token
+    must be its argmax after the tokens before it: then, token by token, the SD output is what
+    target-only greedy decoding gives, EOS included, without decoding it one step at a time. A
+    token that is not the argmax is accepted only as a numerical near-tie (its logit within
+    ``tie_margin`` of the argmax's, as matmuls of different shapes round differently);
+    otherwise AssertionError naming the row and the token. Returns counts for the log.
     """
-    device = next(target.parameters()).device
-    identical, ties, margins = 0, 0, []
-    for prompt, ours, theirs in zip(prompts, speculative, reference, strict=True):
-        if list(ours) == list(theirs):
-            identical += 1
-            continue
-        p = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
-        if p is None:  # one is a prefix of the other: only a budget/EOS difference
-            ties += 1
-            continue
-        ids = torch.tensor([list(prompt) + list(ours[:p])], device=device)
-        logits = target(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
-        margin = abs(float(logits[ours[p]] - logits[theirs[p]]))
-        margins.append(margin)
-        if margin > tie_margin:
-            raise AssertionError(
-                f"greedy SD diverged from the target's greedy output at new token {p} with a "
-                f"logit margin {margin:.4f} > {tie_margin}: not a numerical near-tie"
-            )
-        ties += 1
+    if prefilled is not None:
+        ragged, (last, _) = prefilled.cache("target", target, prompts, with_outputs=True)
+    else:
+        ragged, (last, _) = prefill(target, prompts, pad_token_id, with_outputs=True)
+    lengths = torch.tensor([len(row) for row in speculative], dtype=torch.long)
+    width = int(lengths.max()) if len(speculative) else 0
+    tokens = torch.full((len(speculative), max(width, 1)), pad_token_id, dtype=torch.long)
+    for b, row in enumerate(speculative):
+        tokens[b, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+    near_ties, margins = 0, []
+    diverged = torch.zeros(len(speculative), dtype=torch.bool)
+    before_next = last[:, -1]  # the target's logits before each row's first new token
+    for start in range(0, width, GREEDY_CHECK_CHUNK):
+        stop = min(start + GREEDY_CHECK_CHUNK, width)
+        chunk = tokens[:, start:stop]
+        valid = torch.arange(start, stop).unsqueeze(0) < lengths.unsqueeze(1)
+        out, _ = ragged.feed(chunk, valid, logits_to_keep=stop - start)
+        # the logits before token j: before_next for j = start, then those after token j - 1
+        before = torch.cat([before_next.unsqueeze(1).to(out.dtype), out[:, :-1]], dim=1)
+        before_next = out[:, -1]
+        best = before.argmax(dim=-1)
+        off = valid & (best != chunk)
+        for b, k in off.nonzero().tolist():
+            margin = float(before[b, k, best[b, k]]) - float(before[b, k, chunk[b, k]])
+            margins.append(margin)
+            if margin > tie_margin:
+                raise AssertionError(
+                    f"greedy SD's new token {start + k} of prompt {b} is not the target's "
+                    f"greedy choice after the tokens before it (logit margin {margin:.4f} > "
+                    f"{tie_margin}): not a numerical near-tie"
+                )
+            near_ties += 1
+        diverged |= off.any(dim=1)
     return {
         "prompts": len(prompts),
-        "identical": identical,
-        "near_tie_divergences": ties,
+        "tokens": int(lengths.sum()),
+        "identical": int((~diverged).sum()),
+        "near_ties": near_ties,
         "max_margin": max(margins, default=0.0),
     }
