@@ -276,3 +276,27 @@ def test_branches_from_cut_caches_equal_uncached_greedy(tiny_target):
         assert branches[b].tokens == expected
     assert branches[1].tokens == [] and branches[1].stopped_by == "budget"
     assert branches[0].stopped_by == "rule" and len(branches[0].tokens) == stop_after
+
+
+def _assert_same_cache(a, b):
+    assert len(a) == len(b)
+    for ka, kb, va, vb in zip(a.keys, b.keys, a.values, b.values, strict=True):
+        np.testing.assert_allclose(ka.numpy(), kb.numpy(), atol=1e-9, rtol=0)
+        np.testing.assert_allclose(va.numpy(), vb.numpy(), atol=1e-9, rtol=0)
+
+
+def test_prefilled_rows_equal_the_padded_prefill(tiny_target):
+    """Rows sharing a long prefix and rows of very different lengths: each row's cache equals
+    the one a plain left-padded feed of all prompts leaves."""
+    from edgespec.decoding.branching import BranchBatch, prefill_rows
+
+    shared = _prompts(seed=5, lengths=(12,))[0]
+    prompts = [shared + [3, 4], shared + [9], *PROMPTS[:3], [], _prompts(9, (30,))[0]]
+    rows = prefill_rows(tiny_target, prompts, pad_token_id=0)
+    assert rows[5] is None
+    plain = BranchBatch(tiny_target, [None] * 6)
+    nonempty = [p for p in prompts if p]
+    plain.feed(nonempty, 1)
+    expected = [plain.row_cache(b) for b in range(len(nonempty))]
+    for row, exp in zip([r for r in rows if r is not None], expected, strict=True):
+        _assert_same_cache(row, exp)

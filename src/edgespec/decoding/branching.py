@@ -9,7 +9,10 @@ slots of one sequence, no padding), cut to any prefix length without copying
 feeds new tokens on top, like ``engine.RaggedCachedModel``: a validity mask hides the padding
 and position ids count valid slots only, so each row computes what an unpadded sequence would.
 :func:`greedy_continue` decodes greedily on such a batch until EOS, a budget or a caller's stop
-rule. Nothing here is paper-specific.
+rule. :func:`prefill_rows` computes first caches with ``engine.prefill``: a prefix that several
+prompts share (a chat template's system turn) once, and the rest in chunks of similar length,
+where one left-padded batch would compute every padding slot as if it were a token. Nothing
+here is paper-specific.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+
+from edgespec.decoding.engine import prefill
 
 
 @dataclass
@@ -137,6 +142,32 @@ class BranchBatch:
         self.cache.batch_select_indices(index)
         self.valid = self.valid[index]
         self.next_position = self.next_position[index]
+
+
+def prefill_rows(
+    model: torch.nn.Module, prompts: Sequence[Sequence[int]], pad_token_id: int = 0
+) -> list[RowCache | None]:
+    """Each prompt's cache (None for an empty prompt), from ``engine.prefill``: shared prefixes
+    computed once, the rest in chunks of similar length, no forward over padding only."""
+    if not prompts:
+        return []
+    ragged, _ = prefill(model, prompts, pad_token_id, with_outputs=False)
+    if ragged.cache is None:
+        return [None] * len(prompts)
+    layers = ragged.cache.layers
+    out: list[RowCache | None] = []
+    for row, prompt in enumerate(prompts):
+        if not prompt:
+            out.append(None)
+            continue
+        mask = ragged.slot_valid[row]
+        out.append(
+            RowCache(
+                [layer.keys[row][:, mask].clone() for layer in layers],
+                [layer.values[row][:, mask].clone() for layer in layers],
+            )
+        )
+    return out
 
 
 @dataclass

@@ -22,7 +22,8 @@ token.
 
 Nothing is prefilled twice: each prompt's target and draft caches of prompt + response are kept
 per row and cut to the mismatch's prefix for every branch (``edgespec.decoding.branching``); a
-safe substitution's branch cache becomes the walk's cache.
+safe substitution's branch cache becomes the walk's cache. The prompts themselves are
+prefilled without padding, their shared system turn once (``branching.prefill_rows``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from edgespec.data.answers import marked_answer
-from edgespec.decoding.branching import BranchBatch, RowCache, greedy_continue
+from edgespec.decoding.branching import BranchBatch, RowCache, greedy_continue, prefill_rows
 
 LABEL_COLUMNS = (
     "prompt_id",
@@ -226,11 +227,11 @@ def mine_labels(
         def stop_rule(prefixes: Sequence[list[int]], owners: Sequence[int]):
             return _answer_stop(prefixes, owners, answer_task, golds, decode_text, answer_marker)
 
-        # The original responses R0, from one prefill of each prompt.
+        # The original responses R0, after one prefill of the prompts.
         originals = greedy_continue(
             target,
-            [None] * len(chunk),
-            [list(prompts[i]) for i in chunk],
+            prefill_rows(target, [prompts[i][:-1] for i in chunk], pad_token_id),
+            [[prompts[i][-1]] for i in chunk],
             [label_budget] * len(chunk),
             eos,
             stop=stop_rule([[] for _ in chunk], chunk),
@@ -244,8 +245,8 @@ def mine_labels(
         mined = [min(len(refs[i].tokens), max_new_tokens) for i in chunk]
         choices, draft_caches = _draft_choices(
             draft,
-            [None] * len(chunk),
-            [list(prompts[i]) + refs[i].tokens[: m - 1] for i, m in zip(chunk, mined, strict=True)],
+            prefill_rows(draft, [prompts[i][:-1] for i in chunk], pad_token_id),
+            [[prompts[i][-1], *refs[i].tokens[: m - 1]] for i, m in zip(chunk, mined, strict=True)],
             mined,
             pad_token_id,
         )
