@@ -48,6 +48,14 @@ def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def _valid_slots(cache: DynamicCache, valid: torch.Tensor, row: int) -> RowCache:
+    """A copy of row ``row``'s valid slots (``valid`` [B, S]) of a batched cache."""
+    mask = valid[row]
+    keys = [layer.keys[row][:, mask].clone() for layer in cache.layers]
+    values = [layer.values[row][:, mask].clone() for layer in cache.layers]
+    return RowCache(keys, values)
+
+
 class BranchBatch:
     """A batch of rows, each continuing its own cached prefix on one causal LM.
 
@@ -132,10 +140,7 @@ class BranchBatch:
 
     def row_cache(self, row: int) -> RowCache:
         """Row ``row``'s valid slots: the cache of everything it has consumed (a copy)."""
-        mask = self.valid[row]
-        keys = [layer.keys[row][:, mask].clone() for layer in self.cache.layers]
-        values = [layer.values[row][:, mask].clone() for layer in self.cache.layers]
-        return RowCache(keys, values)
+        return _valid_slots(self.cache, self.valid, row)
 
     def select_rows(self, rows: Sequence[int]) -> None:
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.device)
@@ -154,20 +159,10 @@ def prefill_rows(
     ragged, _ = prefill(model, prompts, pad_token_id, with_outputs=False)
     if ragged.cache is None:
         return [None] * len(prompts)
-    layers = ragged.cache.layers
-    out: list[RowCache | None] = []
-    for row, prompt in enumerate(prompts):
-        if not prompt:
-            out.append(None)
-            continue
-        mask = ragged.slot_valid[row]
-        out.append(
-            RowCache(
-                [layer.keys[row][:, mask].clone() for layer in layers],
-                [layer.values[row][:, mask].clone() for layer in layers],
-            )
-        )
-    return out
+    return [
+        _valid_slots(ragged.cache, ragged.slot_valid, row) if prompt else None
+        for row, prompt in enumerate(prompts)
+    ]
 
 
 @dataclass
