@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -102,9 +103,10 @@ def test_render_adds_the_optional_parts_the_snapshot_has(tmp_path):
 
 
 def test_render_adds_the_timing_of_other_machines(tmp_path):
-    """A timing-only snapshot of another machine's run is rendered after the main run's times
-    and latency profile, with its own dtype and per-rule table, and none of its science
-    figures."""
+    """A timing-only snapshot of another machine's run is rendered as one line after the main
+    run's times and latency profile: its wall time, its jobs' seconds and longest rules, its
+    dtype and a link to its per-rule table, and none of its science figures; runs are listed
+    oldest first."""
     snap = tmp_path / "snap"
     _write_snapshot(snap)
     work = tmp_path / "work"
@@ -112,11 +114,13 @@ def test_render_adds_the_timing_of_other_machines(tmp_path):
     (work / "results" / "machine" / "precision.json").write_text(
         json.dumps({"dtype": "float32", "reason": "no native bf16; probe 2.5x slower"})
     )
-    (work / "benchmarks" / "mine_labels").mkdir(parents=True)
-    (work / "benchmarks" / "mine_labels" / "s.tsv").write_text("s\tmax_rss\n579.0\t5100\n")
-    other = snap / readme_results.OTHER_MACHINES / "avx2"
+    for rule, seconds in (("mine_labels", 579.0), ("decode_wisv", 1200.4), ("fetch_models", 99.0)):
+        (work / "benchmarks" / rule).mkdir(parents=True)
+        (work / "benchmarks" / rule / "s.tsv").write_text(f"s\tmax_rss\n{seconds}\t5100\n")
+    (work / "benchmarks" / "select_dtype.tsv").write_text("s\tmax_rss\n7.0\t500\n")
+    other = snap / readme_results.OTHER_MACHINES / "b-avx2"
     run = {"wall_s": 1800.0, "command": "snakemake -c2", "start": "cold", "machine": "an AVX2 CPU"}
-    readme_results.snapshot(work, other, run, timing_only=True)
+    readme_results.snapshot(work, other, {**run, "recorded": "2026-12-04T09:00Z"}, timing_only=True)
     assert sorted(p.name for p in other.iterdir()) == [
         "precision.json",
         "rule_times.csv",
@@ -124,12 +128,30 @@ def test_render_adds_the_timing_of_other_machines(tmp_path):
     ]
     text = readme_results.render(snap)
     main_table = text.index("| decode_wisv | 8 | 400.5 | 5336 |")
-    other_part = text.index("**The same workflow on an AVX2 CPU**")
+    other_part = text.index("**30.0 min** on an AVX2 CPU")
     # after the main run's latency profile, so that it cannot be read as the other machine's
     assert main_table < text.index("**Latency profile**") < other_part
-    assert "`snakemake -c2` started cold: 30.0 min; decoding dtype **float32** (no native" in text
-    assert "| mine_labels | 1 | 579.0 | 5100 |" in text[other_part:]
-    assert "| everything else" in text[other_part:] and "| 1221.0 | |" in text[other_part:]
+    line = text[other_part:].splitlines()[0]
+    assert "with `snakemake -c2` started cold; 1885 s of jobs (longest rules: decode_wisv " in line
+    assert "(longest rules: decode_wisv 1200 s, mine_labels 579 s, fetch_models 99 s);" in line
+    assert "decoding dtype **float32** (no native bf16; probe 2.5x slower)." in line
+    assert line.endswith("(docs/results/other_machines/b-avx2/rule_times.csv)")
+    assert "| mine_labels |" not in text and "select_dtype" not in text
+
+    # Oldest first, by the time each snapshot was recorded, whatever the folders' names.
+    for name, recorded, wall_s in (
+        ("a-later", "2026-12-03T10:00Z", 60.0),
+        ("c-early", "2026-12-01T08:00Z", 120.0),
+    ):
+        dest = snap / readme_results.OTHER_MACHINES / name
+        timed = {**run, "wall_s": wall_s, "recorded": recorded}
+        readme_results.snapshot(work, dest, timed, timing_only=True)
+    text = readme_results.render(snap)
+    assert text.index("**2.0 min**") < text.index("**1.0 min**") < text.index("**30.0 min**")
+    # A snapshot taken without a time records when it was taken.
+    readme_results.snapshot(work, tmp_path / "now", run, timing_only=True)
+    stamp = json.loads((tmp_path / "now" / "run.json").read_text())["recorded"]
+    assert re.fullmatch(r"20\d\d-\d\d-\d\dT\d\d:\d\dZ", stamp)
 
 
 def test_write_replaces_only_the_results_block(tmp_path):

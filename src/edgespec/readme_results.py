@@ -13,8 +13,10 @@ README holds exactly that block.
 
 The same workflow timed on another machine (say a CPU without native bf16) is kept beside it
 as a timing-only snapshot, ``docs/results/other_machines/<name>/`` (``snapshot --timing-only
---dest ...``: the run, the dtype it chose and its per-rule times), and rendered after the main
-run's times and latency profile; the science figures stay those of the main run.
+--dest ...``: the run, the dtype it chose and its per-rule times), and rendered as one line
+after the main run's times and latency profile, oldest first (its wall time, its jobs' seconds
+and longest rules, a link to its per-rule table); the science figures stay those of the main
+run. ``run.json`` records when the snapshot was taken (``recorded``, UTC).
 
 Torch-free.
 """
@@ -27,6 +29,7 @@ import json
 import math
 import shutil
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +101,7 @@ def snapshot(
     _write_rule_times(Path(workdir), dest)
     if bench is not None and not timing_only:
         shutil.copyfile(bench, dest / "bench_engine.md")
+    run = {"recorded": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"), **run}
     (dest / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
 
 
@@ -190,6 +194,23 @@ def _rule_time_lines(snapshot_dir: Path, wall_s: float) -> list[str]:
     return lines
 
 
+def _other_run_line(run_dir: Path, longest: int = 3) -> str:
+    """One bullet for a timing-only snapshot: machine, how it started, wall time, the jobs'
+    seconds and its longest rules, the dtype it chose and why, and where its table is."""
+    run = json.loads((run_dir / "run.json").read_text())
+    precision = json.loads((run_dir / "precision.json").read_text())
+    rows = _read_csv(run_dir / "rule_times.csv")
+    jobs_s = sum(float(row["seconds"]) for row in rows)
+    top = ", ".join(f"{row['rule']} {float(row['seconds']):.0f} s" for row in rows[:longest])
+    table = f"docs/results/{OTHER_MACHINES}/{run_dir.name}/rule_times.csv"
+    return (
+        f"- **{run['wall_s'] / 60:.1f} min** on {run['machine']}, with `{run['command']}` "
+        f"started {run['start']}; {jobs_s:.0f} s of jobs (longest rules: {top}); decoding "
+        f"dtype **{precision['dtype']}** ({precision['reason']}). "
+        f"[`rule_times.csv`]({table})"
+    )
+
+
 def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
     """The README's results block from a snapshot directory."""
     snapshot_dir = Path(snapshot_dir)
@@ -223,16 +244,17 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
         f"{profile['target_token_s'] * 1e3:.0f} ms/token, target verification of gamma + 1 "
         f"tokens {verify}.",
     ]
-    for other in sorted((snapshot_dir / OTHER_MACHINES).glob("*/run.json")):
-        other_run = json.loads(other.read_text())
-        other_precision = json.loads((other.parent / "precision.json").read_text())
+    others = sorted(
+        (snapshot_dir / OTHER_MACHINES).glob("*/run.json"),
+        key=lambda path: (json.loads(path.read_text()).get("recorded", ""), path.parent.name),
+    )
+    if others:
         parts += [
             "",
-            f"**The same workflow on {other_run['machine']}**, with `{other_run['command']}` "
-            f"started {other_run['start']}: {other_run['wall_s'] / 60:.1f} min; decoding dtype "
-            f"**{other_precision['dtype']}** ({other_precision['reason']}).",
+            "**Other runs of the same workflow** (timing only; each run's per-rule times are in "
+            "its `rule_times.csv`):",
             "",
-            *_rule_time_lines(other.parent, other_run["wall_s"]),
+            *(_other_run_line(path.parent) for path in others),
         ]
     bench = snapshot_dir / "bench_engine.md"
     if bench.is_file():
