@@ -194,10 +194,10 @@ def _rule_time_lines(snapshot_dir: Path, wall_s: float) -> list[str]:
     return lines
 
 
-def _other_run_line(run_dir: Path, longest: int = 3) -> str:
-    """One bullet for a timing-only snapshot: machine, how it started, wall time, the jobs'
-    seconds and its longest rules, the dtype it chose and why, and where its table is."""
-    run = json.loads((run_dir / "run.json").read_text())
+def _other_run_line(run_dir: Path, run: dict, longest: int = 3) -> str:
+    """One bullet for a timing-only snapshot (``run``: its run.json): machine, how it started,
+    wall time, the jobs' seconds and its longest rules, the dtype it chose and why, and where
+    its table is."""
     precision = json.loads((run_dir / "precision.json").read_text())
     rows = _read_csv(run_dir / "rule_times.csv")
     jobs_s = sum(float(row["seconds"]) for row in rows)
@@ -245,8 +245,11 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
         f"tokens {verify}.",
     ]
     others = sorted(
-        (snapshot_dir / OTHER_MACHINES).glob("*/run.json"),
-        key=lambda path: (json.loads(path.read_text()).get("recorded", ""), path.parent.name),
+        (
+            (path.parent, json.loads(path.read_text()))
+            for path in (snapshot_dir / OTHER_MACHINES).glob("*/run.json")
+        ),
+        key=lambda other: (other[1].get("recorded", ""), other[0].name),
     )
     if others:
         parts += [
@@ -254,7 +257,7 @@ def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
             "**Other runs of the same workflow** (timing only; each run's per-rule times are in "
             "its `rule_times.csv`):",
             "",
-            *(_other_run_line(path.parent) for path in others),
+            *(_other_run_line(run_dir, run) for run_dir, run in others),
         ]
     bench = snapshot_dir / "bench_engine.md"
     if bench.is_file():
