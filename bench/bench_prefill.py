@@ -65,11 +65,8 @@ def main() -> None:
     if not args.no_reorder:
         reorder_all_weights(target)
     records = prompt_split([str(p) for p in args.datasets], args.split)
-    prompting = {
-        "system_prompt": config["data"]["system_prompt"],
-        "task_system_prompts": config["data"]["task_system_prompts"],
-    }
-    prompts = chat_prompts(tokenizer, records, prompting)
+    # chat_prompts reads the system prompts from the data section, as the workflow's PROMPTING.
+    prompts = chat_prompts(tokenizer, records, config["data"])
     lengths = [len(p) for p in prompts]
     simd = sorted(f for f in cpu_flags() if f.startswith(("avx", "amx")))
     print(
