@@ -71,19 +71,25 @@ def model_settings(models: dict, precision_path) -> dict:
     from edgespec.artifacts import read_json
 
     precision = read_json(precision_path)
-    logging.getLogger("edgespec").info(
-        "decoding in %s: %s", precision["dtype"], precision["reason"]
-    )
-    return {**models, "dtype": precision["dtype"]}
+    log = logging.getLogger("edgespec")
+    log.info("decoding in %s: %s", precision["dtype"], precision["reason"])
+    # Records written before the layout was chosen have no entry: weights as stored.
+    layout = precision.get("linear_layout") or {"layout": "plain", "reason": "not recorded"}
+    if precision["dtype"] == "float32":
+        log.info("float32 linear weights %s: %s", layout["layout"], layout["reason"])
+    return {**models, "dtype": precision["dtype"], "linear_layout": layout["layout"]}
 
 
-def load_models(params, inputs, threads):
-    """(draft, target, tokenizer) of a model stage: the cached pair in the run's dtype, int8
-    dynamic-quantised where ``models.quantize`` asks for it."""
+def load_models(params, inputs, threads, linear_layout: str | None = None):
+    """(draft, target, tokenizer) of a model stage: the cached pair in the run's dtype and
+    linear-weight layout (or ``linear_layout`` where given), int8 dynamic-quantised where
+    ``models.quantize`` asks for it."""
     from edgespec.models.load import load_pair_from_dir
     from edgespec.models.precision import quantize_for_role
 
     models = model_settings(params.models, inputs.precision)
+    if linear_layout is not None:
+        models["linear_layout"] = linear_layout
     draft, target, tokenizer = load_pair_from_dir(params.model_dir, models, threads)
     mode = models.get("quantize", "none")
     return (

@@ -19,11 +19,14 @@ from edgespec.wisv.labels import criterion_counts, mine_labels
 
 params = snakemake.params
 wisv = params.wisv
-draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
 # Mining takes ~450 target steps one after another, mostly at 1-3 rows, where linear weights
 # reordered for oneDNN run about twice as fast in float32 (default pair, one thread, AVX2:
 # 439 -> 328 s of one-token target steps; the reordering's own time is logged); decode jobs,
-# at 16 rows, do not earn the reordering back (cpu_linear.PACKED_DTYPES).
+# at 16 rows, do not earn the reordering back (cpu_linear.PACKED_DTYPES). The reordering reads
+# the weights as stored, so they load in that layout.
+draft, target, tokenizer = load_models(
+    params, snakemake.input, snakemake.threads, linear_layout="plain"
+)
 start = time.perf_counter()
 if reorder_all_weights(target):
     logging.info("target weights reordered for oneDNN in %.1f s", time.perf_counter() - start)

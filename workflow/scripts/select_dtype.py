@@ -12,8 +12,10 @@ from pathlib import Path
 import torch
 
 from edgespec.artifacts import write_json
+from edgespec.models.cpu_linear import set_blas_threads
+from edgespec.models.layout import ensure_transposed
 from edgespec.models.load import pair_source
-from edgespec.models.precision import choose_dtype
+from edgespec.models.precision import choose_dtype, choose_linear_layout
 
 params = snakemake.params
 torch.set_num_threads(snakemake.threads)
@@ -33,6 +35,31 @@ choice = choose_dtype(
 logging.info("decoding dtype %s: %s", choice.dtype, choice.reason)
 # The pair in that dtype is written here, once, while this rule holds every core: the first job
 # to load it would otherwise write it, and a rule that times the models could be that job.
-pair_source(params.model_dir, choice.dtype)
-record = {**choice.to_dict(), "torch_threads": torch.get_num_threads()}
+source = pair_source(params.model_dir, choice.dtype)
+probe_threads = torch.get_num_threads()
+# The layout probe runs with the threads each model job gets (models.threads, read from the
+# config rather than a param: a change of threads reruns no stage, and this probe only picks a
+# kernel).
+job_threads = int(snakemake.config["models"]["threads"])
+torch.set_num_threads(job_threads)
+set_blas_threads(job_threads)
+layout = choose_linear_layout(
+    choice.dtype,
+    params.device,
+    hidden_size=text_config["hidden_size"],
+    intermediate_size=text_config["intermediate_size"],
+    batch_size=params.batch_size,
+    gamma=params.gamma,
+    quantize=params.quantize,
+)
+torch.set_num_threads(probe_threads)
+set_blas_threads(probe_threads)
+logging.info("float32 linear weights %s: %s", layout.layout, layout.reason)
+if layout.layout == "transposed" and ensure_transposed(source) is None:
+    layout.layout, layout.reason = "plain", layout.reason + "; the copy could not be written"
+record = {
+    **choice.to_dict(),
+    "torch_threads": probe_threads,
+    "linear_layout": layout.to_dict(),
+}
 write_json(record, snakemake.output.precision)

@@ -18,7 +18,7 @@ from typing import Any
 
 from edgespec.models.cast import ensure_cast
 from edgespec.models.cpu_linear import plain_linear, use_onednn_linear
-from edgespec.models.precision import weights_dtype
+from edgespec.models.precision import quantized_roles, weights_dtype
 from edgespec.models.presets import PROVENANCE_FILE, ModelPairError, TokenizerMismatchError
 
 _PROBE_TEXTS = (
@@ -294,16 +294,23 @@ def load_pair_from_dir(
     model_dir = Path(model_dir)
     models = models or {}
     dtype = models.get("dtype") or "bfloat16"
+    quantize = models.get("quantize") or "none"
     # A model int8-quantised after loading (models.quantize) loads float32 weights.
-    draft_dtype = weights_dtype("draft", models.get("quantize") or "none", dtype)
+    draft_dtype = weights_dtype("draft", quantize, dtype)
+    sources = {
+        "draft": pair_source(model_dir, draft_dtype),
+        "target": pair_source(model_dir, dtype),
+    }
     draft, target, tokenizer = load_pair(
-        pair_source(model_dir, draft_dtype) / "draft",
-        pair_source(model_dir, dtype) / "target",
+        sources["draft"] / "draft",
+        sources["target"] / "target",
         dtype=dtype,
         threads=threads,
         draft_dtype=draft_dtype,
     )
     device = models.get("device") or "cpu"
+    if models.get("linear_layout", "plain") == "transposed" and device == "cpu":
+        use_transposed_layout({"draft": draft, "target": target}, sources, quantize, threads)
     if device != "cpu":
         import torch
 
@@ -311,6 +318,27 @@ def load_pair_from_dir(
             raise ModelPairError(f"config key 'models.device' is {device!r} but no GPU is visible")
         draft, target = to_device(draft, device), to_device(target, device)
     return draft, target, tokenizer
+
+
+def use_transposed_layout(
+    models: dict, sources: dict, quantize: str = "none", threads: int | None = None
+) -> None:
+    """Give each float32 model of ``models`` (role -> model, in place) the transposed linear
+    weights of the pair it was loaded from (``sources``: role -> pair folder;
+    ``edgespec.models.layout``), except the models ``quantize`` quantises, which need their
+    weights as stored. numpy's BLAS gets ``threads`` threads, as torch does."""
+    import torch
+
+    from edgespec.models.cpu_linear import set_blas_threads
+    from edgespec.models.layout import TRANSPOSED_FILE, ensure_transposed, use_transposed_weights
+
+    set_blas_threads(threads if threads is not None else torch.get_num_threads())
+    for role, model in models.items():
+        if role in quantized_roles(quantize) or next(model.parameters()).dtype != torch.float32:
+            continue
+        layout_dir = ensure_transposed(sources[role])
+        if layout_dir is not None:
+            use_transposed_weights(model, layout_dir / role / TRANSPOSED_FILE)
 
 
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>")

@@ -109,19 +109,24 @@ def time_products(
     out_features: int,
     layers: int = 4,
     repeats: int = 3,
+    layout: str = "plain",
 ) -> float:
     """Seconds for ``x @ W.T`` through ``layers`` distinct [out, in] weights (more than the
     caches hold), summed over the row counts ``rows``; median of ``repeats`` after a warm-up.
     The products take the route the loaded models' linear layers take (weights reordered where
-    they would be, then ``edgespec.models.cpu_linear.linear``)."""
+    they would be, or stored transposed for ``layout`` transposed, then
+    ``edgespec.models.cpu_linear.linear``)."""
     import torch
 
-    from edgespec.models.cpu_linear import linear, pack_weight
+    from edgespec.models.cpu_linear import linear, pack_weight, transposed_weight
 
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     torch_dtype = getattr(torch, dtype)
+    store = transposed_weight if layout == "transposed" else pack_weight
     gen = torch.Generator().manual_seed(0)
     weights = [
-        pack_weight((torch.randn(out_features, in_features, generator=gen) * 0.02).to(torch_dtype))
+        store((torch.randn(out_features, in_features, generator=gen) * 0.02).to(torch_dtype))
         for _ in range(layers)
     ]
     inputs = [torch.randn(m, in_features, generator=gen).to(torch_dtype) for m in rows]
@@ -208,6 +213,72 @@ def choose_dtype(
         f"{probe[other]:.3f} s ({probe[other] / max(probe[best], 1e-12):.1f}x slower)"
     )
     return DtypeChoice(best, reason, setting, probe_s=probe, machine=machine)
+
+
+LAYOUTS = ("plain", "transposed")
+"""How float32 linear weights are stored for a run's model jobs: as the checkpoint stores them
+([out, in], multiplied through oneDNN) or transposed ([in, out], multiplied by numpy's BLAS;
+``edgespec.models.cpu_linear``, ``edgespec.models.layout``)."""
+
+TRANSPOSED_MIN_GAIN = 0.03
+"""The transposed layout is chosen only where its probe takes at most 1 - this of the plain
+one's: it costs a copy of the weights on disk and in the page cache, which a gain within timing
+noise does not pay for. On the AVX2 EPYC the probe's products gained 9-16% per row count (one
+thread) and whole decode jobs 12-14%, so a margin near those would make the choice flip from
+one run to the next (a probe of 0.90x and one of 0.83x, the same machine an hour apart)."""
+
+
+@dataclass
+class LayoutChoice:
+    """How a run stores its float32 linear weights, why, and the probe timings (seconds)."""
+
+    layout: str
+    reason: str
+    probe_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def choose_linear_layout(
+    dtype: str,
+    device: str,
+    hidden_size: int,
+    intermediate_size: int,
+    batch_size: int,
+    gamma: int,
+    quantize: str = "none",
+    prober: Callable[[str], float] | None = None,
+) -> LayoutChoice:
+    """The layout of the float32 linear weights (:data:`LAYOUTS`): plain unless the run decodes
+    in float32 on the CPU with a model left unquantised and the timed probe finds transposed
+    weights faster by :data:`TRANSPOSED_MIN_GAIN`. The probe multiplies by the target's MLP
+    weights in both directions (``hidden_size`` -> ``intermediate_size`` and back) at
+    ``batch_size`` rows x 1 and x ``gamma + 1`` tokens and one row, with the threads set for
+    the model jobs (``prober`` replaces the timing in tests)."""
+    if dtype != "float32" or not str(device).startswith("cpu"):
+        return LayoutChoice("plain", f"{dtype} on {device}: weights as stored")
+    if len(quantized_roles(quantize)) == 2:
+        return LayoutChoice("plain", f"models.quantize {quantize}: no float32 linear layer")
+    rows = (1, int(batch_size), int(batch_size) * (int(gamma) + 1))
+    if prober is None:
+
+        def prober(layout: str) -> float:
+            return time_products(
+                "float32", rows, int(hidden_size), int(intermediate_size), layout=layout
+            ) + time_products(
+                "float32", rows, int(intermediate_size), int(hidden_size), layout=layout
+            )
+
+    probe = {layout: float(prober(layout)) for layout in LAYOUTS}
+    ratio = probe["transposed"] / max(probe["plain"], 1e-12)
+    layout = "transposed" if ratio <= 1.0 - TRANSPOSED_MIN_GAIN else "plain"
+    reason = (
+        f"timed probe at {', '.join(map(str, rows))} rows x {hidden_size}<->"
+        f"{intermediate_size}: oneDNN on the stored weights {probe['plain']:.3f} s, numpy's "
+        f"BLAS on transposed weights {probe['transposed']:.3f} s ({ratio:.2f}x)"
+    )
+    return LayoutChoice(layout, reason, probe)
 
 
 QUANTIZE_MODES = ("none", "int8_dynamic", "int8_dynamic_draft")
