@@ -31,7 +31,8 @@ rule fetch_models:
 
 rule select_dtype:
     """The decoding dtype of this run: models.dtype, or for auto the faster one on this machine;
-    and the pair's cast copy in that dtype where the cache holds another."""
+    the pair's cast copy in that dtype where the cache holds another; and, in float32, the
+    layout of the linear weights (transposed, written once beside the pair, where faster)."""
     input:
         provenance=model_provenance(),
     output:
@@ -45,7 +46,8 @@ rule select_dtype:
         "../envs/edgespec.yaml"
     threads: timing_threads
     resources:
-        # writing the default pair's bf16 copy peaked at 10.5 GB resident (a load and a save)
+        # writing the default pair's bf16 copy peaked at 10.5 GB resident (a load and a save);
+        # its transposed float32 weights 2.7 GB
         mem_mb=grows_with_attempt(16000),
         runtime=grows_with_attempt(10),
     params:
