@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+import edgespec.models.cachedir as cachedir_module
 import edgespec.models.cast as cast_module
 from edgespec.models.cast import CAST_FILE, cast_dir_of
 from edgespec.models.cpu_linear import plain_parameters
@@ -80,7 +81,7 @@ def test_an_unwritable_cache_folder_casts_as_it_loads(float32_cache, monkeypatch
     def read_only(*args, **kwargs):
         raise PermissionError("read-only file system")
 
-    monkeypatch.setattr(cast_module, "new_build_dir", read_only)
+    monkeypatch.setattr(cachedir_module, "new_build_dir", read_only)
     draft, target, _ = load_pair_from_dir(float32_cache, {"dtype": "bfloat16"})
     assert draft.dtype == target.dtype == torch.bfloat16
     assert _loaded_from(target).startswith(str(float32_cache / "target"))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import edgespec.models.cachedir as cachedir_module
 import edgespec.models.layout as layout_module
 from edgespec.models.cpu_linear import (
     is_transposed,
@@ -134,7 +135,7 @@ def test_an_unwritable_cache_folder_keeps_the_stored_layout(float32_cache, monke
     def read_only(*args, **kwargs):
         raise PermissionError("read-only file system")
 
-    monkeypatch.setattr(layout_module, "new_build_dir", read_only)
+    monkeypatch.setattr(cachedir_module, "new_build_dir", read_only)
     assert ensure_transposed(float32_cache) is None
     _, target, _ = load_pair_from_dir(
         float32_cache, {"dtype": "float32", "linear_layout": "transposed"}

@@ -87,3 +87,34 @@ def move_into_place(build: Path, out_dir: Path) -> None:
     os.rename(build, out_dir)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def build_once(
+    out_dir: Path,
+    is_current: Callable[[], bool],
+    write: Callable[[Path], None],
+    announce: str,
+    log: Log = _quiet,
+) -> None:
+    """Build the cache folder ``out_dir`` with ``write(build_dir)`` unless ``is_current()``.
+
+    Under the cache lock (``is_current`` asked again once it is held: the process waited for may
+    have built it), half-built folders removed first; built beside ``out_dir``, logged with
+    ``announce``, renamed into place (the build removed if ``write`` fails), then flushed to disk:
+    the copies are several GB, whose writeback should not fall under a rule that runs next and
+    times the models. An ``OSError`` (a read-only folder) reaches the caller."""
+    if is_current():
+        return
+    with cache_lock(out_dir, log):
+        if is_current():
+            return
+        remove_stale_builds(out_dir, log)
+        log(announce)
+        build = new_build_dir(out_dir)
+        try:
+            write(build)
+            move_into_place(build, out_dir)
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
+        os.sync()

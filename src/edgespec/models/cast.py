@@ -20,17 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 
-from edgespec.models.cachedir import (
-    cache_lock,
-    give_usual_modes,
-    move_into_place,
-    new_build_dir,
-    remove_stale_builds,
-)
+from edgespec.models.cachedir import build_once, give_usual_modes
 from edgespec.models.presets import PROVENANCE_FILE
 
 CAST_FILE = "cast.json"
@@ -95,29 +88,15 @@ def ensure_cast(model_dir: Path, dtype_name: str) -> Path:
     model_dir = Path(model_dir)
     cast_dir = cast_dir_of(model_dir, dtype_name)
     digest = _source_digest(model_dir)
-    if _is_current(cast_dir, digest):
-        return cast_dir
     try:
-        with cache_lock(cast_dir, log.info):
-            if _is_current(cast_dir, digest):  # written by the process we waited for
-                return cast_dir
-            remove_stale_builds(cast_dir, log.info)
-            log.info(
-                "writing a %s copy of %s to %s (once: later loads skip the cast)",
-                dtype_name,
-                model_dir,
-                cast_dir,
-            )
-            build = new_build_dir(cast_dir)
-            try:
-                _write_cast(model_dir, build, dtype_name, digest)
-                move_into_place(build, cast_dir)
-            except BaseException:
-                shutil.rmtree(build, ignore_errors=True)
-                raise
-            # Several GB were just written: flush them now, so that what runs next (a rule
-            # that times the models, say) does not share the machine with their writeback.
-            os.sync()
+        build_once(
+            cast_dir,
+            lambda: _is_current(cast_dir, digest),
+            lambda build: _write_cast(model_dir, build, dtype_name, digest),
+            f"writing a {dtype_name} copy of {model_dir} to {cast_dir} (once: later loads skip "
+            "the cast)",
+            log.info,
+        )
     except OSError as exc:
         log.warning(
             "could not write a %s copy of %s beside it (%s); casting as it loads",

@@ -22,18 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 import struct
 from pathlib import Path
 
-from edgespec.models.cachedir import (
-    cache_lock,
-    give_usual_modes,
-    move_into_place,
-    new_build_dir,
-    remove_stale_builds,
-)
+from edgespec.models.cachedir import build_once, give_usual_modes
 from edgespec.models.presets import PROVENANCE_FILE
 
 LAYOUT_RECORD = "layout.json"
@@ -144,28 +136,15 @@ def ensure_transposed(pair_dir: Path) -> Path | None:
     pair_dir = Path(pair_dir)
     out_dir = transposed_dir_of(pair_dir)
     digest = _provenance_digest(pair_dir)
-    if _is_current(out_dir, digest):
-        return out_dir
     try:
-        with cache_lock(out_dir, log.info):
-            if _is_current(out_dir, digest):
-                return out_dir
-            remove_stale_builds(out_dir, log.info)
-            log.info(
-                "writing the float32 linear weights of %s transposed to %s (once: later loads "
-                "map them)",
-                pair_dir,
-                out_dir,
-            )
-            build = new_build_dir(out_dir)
-            try:
-                _write_pair(pair_dir, build, digest)
-                move_into_place(build, out_dir)
-            except BaseException:
-                shutil.rmtree(build, ignore_errors=True)
-                raise
-            # As for the dtype copies: flush the GBs now rather than under the next timed rule.
-            os.sync()
+        build_once(
+            out_dir,
+            lambda: _is_current(out_dir, digest),
+            lambda build: _write_pair(pair_dir, build, digest),
+            f"writing the float32 linear weights of {pair_dir} transposed to {out_dir} (once: "
+            "later loads map them)",
+            log.info,
+        )
     except OSError as exc:
         log.warning(
             "could not write the transposed weights of %s beside it (%s); keeping the stored "
