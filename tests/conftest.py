@@ -51,3 +51,16 @@ def tiny_draft_int8():
         vocab_size=61, seed=0, dtype=torch.float32, perturb=0.05, perturb_seed=7
     )
     return quantize_model(float_draft, "int8_dynamic")
+
+
+CACHE_CORPUS = ["def add(a, b):\n    return a + b", "x = [i * i for i in range(10)]", "print('hi')"]
+
+
+@pytest.fixture()
+def float32_cache(tmp_path):
+    """A fetched tiny_random pair (stored in float32) in a model cache folder of its own."""
+    from edgespec.models.fetch import fetch_pair
+
+    out = tmp_path / "cache" / "tiny_random"
+    fetch_pair("tiny_random", out, corpus=CACHE_CORPUS, progress=False)
+    return out

@@ -12,18 +12,8 @@ import edgespec.models.cachedir as cachedir_module
 import edgespec.models.cast as cast_module
 from edgespec.models.cast import CAST_FILE, cast_dir_of
 from edgespec.models.cpu_linear import plain_parameters
-from edgespec.models.fetch import fetch_pair
 from edgespec.models.load import load_pair_from_dir, pair_source
 from edgespec.models.presets import ModelPairError
-
-CORPUS = ["def add(a, b):\n    return a + b", "x = [i * i for i in range(10)]", "print('hi')"]
-
-
-@pytest.fixture()
-def float32_cache(tmp_path):
-    out = tmp_path / "cache" / "tiny_random"
-    fetch_pair("tiny_random", out, corpus=CORPUS, progress=False)
-    return out
 
 
 def _forbid_writes(monkeypatch):

@@ -18,7 +18,6 @@ from edgespec.models.cpu_linear import (
     plain_parameters,
     transposed_weight,
 )
-from edgespec.models.fetch import fetch_pair
 from edgespec.models.layout import (
     LAYOUT_RECORD,
     TRANSPOSED_FILE,
@@ -30,15 +29,6 @@ from edgespec.models.layout import (
 from edgespec.models.load import load_model, load_pair_from_dir
 from edgespec.models.precision import TRANSPOSED_MIN_GAIN, choose_linear_layout
 from edgespec.runconfig import model_settings
-
-CORPUS = ["def add(a, b):\n    return a + b", "x = [i * i for i in range(10)]", "print('hi')"]
-
-
-@pytest.fixture()
-def float32_cache(tmp_path):
-    out = tmp_path / "cache" / "tiny_random"
-    fetch_pair("tiny_random", out, corpus=CORPUS, progress=False)
-    return out
 
 
 @pytest.mark.parametrize("shape", [(1, 24), (3, 24), (16, 24), (2, 5, 24), (0, 24)])
