@@ -23,15 +23,15 @@ torch.set_num_threads(snakemake.threads)
 # working directories; this directory's provenance record names the pair).
 target_config = json.loads((Path(params.model_dir) / "target" / "config.json").read_text())
 text_config = target_config.get("text_config", target_config)
-choice = choose_dtype(
-    params.dtype,
-    params.device,
-    hidden_size=text_config["hidden_size"],
-    intermediate_size=text_config["intermediate_size"],
-    batch_size=params.batch_size,
-    gamma=params.gamma,
-    quantize=params.quantize,
-)
+# What both probes time: the target's MLP products at the decoding shapes.
+shapes = {
+    "hidden_size": text_config["hidden_size"],
+    "intermediate_size": text_config["intermediate_size"],
+    "batch_size": params.batch_size,
+    "gamma": params.gamma,
+    "quantize": params.quantize,
+}
+choice = choose_dtype(params.dtype, params.device, **shapes)
 logging.info("decoding dtype %s: %s", choice.dtype, choice.reason)
 # The pair in that dtype is written here, once, while this rule holds every core: the first job
 # to load it would otherwise write it, and a rule that times the models could be that job.
@@ -43,15 +43,7 @@ probe_threads = torch.get_num_threads()
 job_threads = int(snakemake.config["models"]["threads"])
 torch.set_num_threads(job_threads)
 set_blas_threads(job_threads)
-layout = choose_linear_layout(
-    choice.dtype,
-    params.device,
-    hidden_size=text_config["hidden_size"],
-    intermediate_size=text_config["intermediate_size"],
-    batch_size=params.batch_size,
-    gamma=params.gamma,
-    quantize=params.quantize,
-)
+layout = choose_linear_layout(choice.dtype, params.device, **shapes)
 torch.set_num_threads(probe_threads)
 set_blas_threads(probe_threads)
 logging.info("float32 linear weights %s: %s", layout.layout, layout.reason)
