@@ -32,7 +32,8 @@ rule fetch_models:
 rule select_dtype:
     """The decoding dtype of this run: models.dtype, or for auto the faster one on this machine;
     the pair's cast copy in that dtype where the cache holds another; and, in float32, the
-    layout of the linear weights (transposed, written once beside the pair, where faster)."""
+    layout of the linear weights (transposed, written once beside the pair, where faster).
+    """
     input:
         provenance=model_provenance(),
     output:
