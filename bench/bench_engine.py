@@ -13,6 +13,10 @@ method, so they do the same work), after one warm-up of its own. Methods:
   int8 dynamic-quantised (``models.quantize: int8_dynamic_draft``; the target is unchanged, so
   every method's output is still the target's greedy output).
 
+With ``--dtype float32 --layout transposed`` every method's models multiply by the transposed
+float32 weights through numpy's BLAS, as the workflow's model jobs do where rule
+``select_dtype`` found that faster (``edgespec.models.layout``).
+
 Timing on a shared machine drifts by more than the differences measured here, so every method
 runs ``--repeats`` times, interleaved: each repeat runs every method once, in an order rotated
 from one repeat to the next, and a ratio is taken within a repeat (each method against
@@ -49,7 +53,14 @@ from edgespec.data.chat import chat_token_ids
 from edgespec.data.prepare import load_records
 from edgespec.decoding.engine import DecodingConfig, generate_rounds
 from edgespec.models.cpu_linear import packing_supported, reorder_all_weights
-from edgespec.models.load import load_model, load_pair, resolve_torch_dtype, stop_token_ids
+from edgespec.models.load import (
+    load_model,
+    load_pair,
+    pair_source,
+    resolve_torch_dtype,
+    stop_token_ids,
+    use_transposed_layout,
+)
 from edgespec.models.precision import cpu_flags, machine_summary, native_bf16, quantize_model
 from edgespec.seeding import numpy_rng, torch_generator
 
@@ -155,6 +166,14 @@ def main() -> None:
         "workflow keeps them plain: edgespec.models.cpu_linear)",
     )
     ap.add_argument(
+        "--layout",
+        choices=["plain", "transposed"],
+        default="plain",
+        help="float32 linear weights as stored, or transposed and multiplied by numpy's BLAS "
+        "(edgespec.models.layout; what rule select_dtype picks where it is faster), in every "
+        "method's models",
+    )
+    ap.add_argument(
         "--sweep", type=int, nargs="*", default=[], help="batch sizes for the crossover table"
     )
     ap.add_argument(
@@ -169,6 +188,8 @@ def main() -> None:
         return
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
+    if args.layout == "transposed" and (args.dtype != "float32" or args.reorder_float32):
+        ap.error("--layout transposed needs --dtype float32 and no --reorder-float32")
     gammas = args.gammas or [args.gamma]
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model_dir)
@@ -184,6 +205,14 @@ def main() -> None:
     if args.reorder_float32:
         for model in (draft, target):
             reorder_all_weights(model)
+    if args.layout == "transposed":
+        # After the int8 draft's copy: quantize_dynamic needs the weights as stored.
+        float32_pair = pair_source(model_dir, "float32")
+        use_transposed_layout(
+            {"draft": draft, "target": target},
+            {"draft": float32_pair, "target": float32_pair},
+            threads=args.threads,
+        )
     eos = set(stop_token_ids(tok, target))
     pad = tok.pad_token_id if tok.pad_token_id is not None else min(eos)
     records = load_records(
@@ -339,11 +368,12 @@ def _report(args, methods, timings, outputs, gammas, prompts, hf, engine, int8_d
         for name in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "FBGEMM_ENABLE_INSTRUCTIONS")
         if os.environ.get(name)
     }
-    layout = (
-        "reordered once for oneDNN"
-        if packing_supported(resolve_torch_dtype(args.dtype)) or args.reorder_float32
-        else "in their plain layout"
-    )
+    if args.layout == "transposed":
+        layout = "transposed, multiplied by numpy's BLAS"
+    elif packing_supported(resolve_torch_dtype(args.dtype)) or args.reorder_float32:
+        layout = "reordered once for oneDNN"
+    else:
+        layout = "in their plain layout"
     capped = f" with {' '.join(f'{k}={v}' for k, v in caps.items())}" if caps else ""
     print(f"`python bench/bench_engine.py {' '.join(sys.argv[1:])}`{capped}")
     print(f"\nCPU: {summary['processor']}, {summary['cpu_count']} cores, SIMD {simd}")

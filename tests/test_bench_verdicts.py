@@ -104,3 +104,19 @@ def test_crossover_verdicts_for_each_draft(bench):
         for line in plain.splitlines()
     )
     assert len(bench.conclusions(MAIN + "\n" + plain)) == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--layout", "transposed", "--dtype", "bfloat16"],
+        ["--layout", "transposed", "--dtype", "float32", "--reorder-float32"],
+    ],
+)
+def test_transposed_layout_is_refused_where_it_cannot_apply(bench, monkeypatch, capsys, argv):
+    # Refused before any model loads: the folder named does not exist.
+    monkeypatch.setattr("sys.argv", ["bench_engine.py", "--model-dir", "/nonexistent", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main()
+    assert exit_info.value.code == 2
+    assert "--layout transposed needs --dtype float32" in capsys.readouterr().err
