@@ -27,7 +27,11 @@ from edgespec.models.layout import (
     use_transposed_weights,
 )
 from edgespec.models.load import load_model, load_pair_from_dir
-from edgespec.models.precision import TRANSPOSED_MIN_GAIN, choose_linear_layout
+from edgespec.models.precision import (
+    LAYOUT_PROBE_ROUNDS,
+    TRANSPOSED_MIN_GAIN,
+    choose_linear_layout,
+)
 from edgespec.runconfig import model_settings
 
 
@@ -179,6 +183,29 @@ def test_the_layout_is_chosen_by_the_probe_with_a_margin():
     assert choose_linear_layout("float32", "cuda", **args, prober=never).layout == "plain"
     both = choose_linear_layout("float32", "cpu", **args, quantize="int8_dynamic", prober=never)
     assert both.layout == "plain"
+
+
+def test_the_probe_interleaves_its_rounds_and_one_round_does_not_decide():
+    calls = []
+    # Transposed takes 0.75 of plain's time in every round but one, where the machine slowed
+    # down while it ran (1.30x): the median of the rounds' ratios still picks it.
+    slow_round = 0
+
+    def prober(layout):
+        calls.append(layout)
+        round_index = (len(calls) - 1) // 2
+        if layout == "plain":
+            return 1.0
+        return 1.3 if round_index == slow_round else 0.75
+
+    args = dict(hidden_size=8, intermediate_size=16, batch_size=16, gamma=4)
+    choice = choose_linear_layout("float32", "cpu", **args, prober=prober)
+    assert len(calls) == 2 * LAYOUT_PROBE_ROUNDS
+    rounds = [tuple(calls[i : i + 2]) for i in range(0, len(calls), 2)]
+    assert rounds[0] == ("plain", "transposed") and rounds[1] == ("transposed", "plain")
+    assert all(set(r) == {"plain", "transposed"} for r in rounds)
+    assert choice.layout == "transposed" and "0.75x to 1.30x" in choice.reason
+    assert choice.probe_s == {"plain": 1.0, "transposed": 0.75}
 
 
 def test_the_real_probe_times_both_layouts():

@@ -116,6 +116,20 @@ def time_products(
     The products take the route the loaded models' linear layers take (weights reordered where
     they would be, or stored transposed for ``layout`` transposed, then
     ``edgespec.models.cpu_linear.linear``)."""
+    return median_seconds(
+        product_workload(dtype, rows, in_features, out_features, layers, layout), repeats
+    )
+
+
+def product_workload(
+    dtype: str,
+    rows: Sequence[int],
+    in_features: int,
+    out_features: int,
+    layers: int = 4,
+    layout: str = "plain",
+) -> Callable[[], None]:
+    """The products :func:`time_products` times, as a call: its weights are made once."""
     import torch
 
     from edgespec.models.cpu_linear import linear, pack_weight, transposed_weight
@@ -137,7 +151,7 @@ def time_products(
                 for w in weights:
                     linear(x, w)
 
-    return median_seconds(run, repeats)
+    return run
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -227,6 +241,14 @@ noise does not pay for. On the AVX2 EPYC the probe's products gained 9-16% per r
 thread) and whole decode jobs 12-14%, so a margin near those would make the choice flip from
 one run to the next (a probe of 0.90x and one of 0.83x, the same machine an hour apart)."""
 
+LAYOUT_PROBE_ROUNDS = 5
+"""Rounds of the layout probe, each timing both layouts once in alternating order; the choice
+takes the median of the rounds' ratios. The VM's speed drifts within seconds: one product timed
+for eight fresh sets of weights in a row took 47-51 ms four times, then 39-42 ms four times, and
+four probes of one layout after the other in one process gave 0.74x, 0.75x, 1.06x and 0.86x
+(a cold run's one probe gave 1.02x and kept the weights plain), so the two layouts are timed
+side by side, round after round, and no one round decides."""
+
 
 @dataclass
 class LayoutChoice:
@@ -255,30 +277,54 @@ def choose_linear_layout(
     weights faster by :data:`TRANSPOSED_MIN_GAIN`. The probe multiplies by the target's MLP
     weights in both directions (``hidden_size`` -> ``intermediate_size`` and back) at
     ``batch_size`` rows x 1 and x ``gamma + 1`` tokens and one row, with the threads set for
-    the model jobs (``prober`` replaces the timing in tests)."""
+    the model jobs. The layouts are timed in :data:`LAYOUT_PROBE_ROUNDS` interleaved rounds and
+    the median of the rounds' ratios decides (``prober``, layout -> seconds of one timing,
+    replaces the timing in tests)."""
     if dtype != "float32" or not str(device).startswith("cpu"):
         return LayoutChoice("plain", f"{dtype} on {device}: weights as stored")
     if len(quantized_roles(quantize)) == 2:
         return LayoutChoice("plain", f"models.quantize {quantize}: no float32 linear layer")
     rows = (1, int(batch_size), int(batch_size) * (int(gamma) + 1))
     if prober is None:
-
-        def prober(layout: str) -> float:
-            return time_products(
-                "float32", rows, int(hidden_size), int(intermediate_size), layout=layout
-            ) + time_products(
-                "float32", rows, int(intermediate_size), int(hidden_size), layout=layout
-            )
-
-    probe = {layout: float(prober(layout)) for layout in LAYOUTS}
-    ratio = probe["transposed"] / max(probe["plain"], 1e-12)
+        prober = _layout_prober(rows, int(hidden_size), int(intermediate_size))
+    rounds = []
+    for index in range(LAYOUT_PROBE_ROUNDS):
+        order = LAYOUTS if index % 2 == 0 else LAYOUTS[::-1]
+        rounds.append({layout: float(prober(layout)) for layout in order})
+    ratios = sorted(r["transposed"] / max(r["plain"], 1e-12) for r in rounds)
+    ratio = statistics.median(ratios)
+    probe = {layout: statistics.median(r[layout] for r in rounds) for layout in LAYOUTS}
     layout = "transposed" if ratio <= 1.0 - TRANSPOSED_MIN_GAIN else "plain"
     reason = (
         f"timed probe at {', '.join(map(str, rows))} rows x {hidden_size}<->"
-        f"{intermediate_size}: oneDNN on the stored weights {probe['plain']:.3f} s, numpy's "
-        f"BLAS on transposed weights {probe['transposed']:.3f} s ({ratio:.2f}x)"
+        f"{intermediate_size}, {len(rounds)} interleaved rounds: oneDNN on the stored weights "
+        f"{probe['plain']:.3f} s, numpy's BLAS on transposed weights {probe['transposed']:.3f} s "
+        f"(median ratio {ratio:.2f}x, rounds {ratios[0]:.2f}x to {ratios[-1]:.2f}x)"
     )
     return LayoutChoice(layout, reason, probe)
+
+
+def _layout_prober(rows: Sequence[int], hidden: int, intermediate: int) -> Prober:
+    """layout -> seconds of one timing of the MLP products in that layout, both directions; each
+    layout's weights are made, and warmed up, on its first timing."""
+    workloads: dict[str, Callable[[], None]] = {}
+
+    def prober(layout: str) -> float:
+        if layout not in workloads:
+            up = product_workload("float32", rows, hidden, intermediate, layout=layout)
+            down = product_workload("float32", rows, intermediate, hidden, layout=layout)
+
+            def both() -> None:
+                up()
+                down()
+
+            both()
+            workloads[layout] = both
+        start = time.perf_counter()
+        workloads[layout]()
+        return time.perf_counter() - start
+
+    return prober
 
 
 QUANTIZE_MODES = ("none", "int8_dynamic", "int8_dynamic_draft")
