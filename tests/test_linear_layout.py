@@ -137,6 +137,14 @@ def test_an_unwritable_cache_folder_keeps_the_stored_layout(float32_cache, monke
     assert not any(is_transposed(p) for p in target.parameters())
 
 
+def test_a_job_at_another_thread_count_than_the_probe_keeps_the_stored_layout(float32_cache):
+    settings = {"dtype": "float32", "linear_layout": "transposed", "linear_layout_threads": 1}
+    _, other, _ = load_pair_from_dir(float32_cache, settings, threads=2)
+    assert not any(is_transposed(p) for p in other.parameters())
+    _, probed, _ = load_pair_from_dir(float32_cache, settings, threads=1)
+    assert any(is_transposed(p) for p in probed.parameters())
+
+
 def test_a_quantised_draft_keeps_its_weights_as_stored(float32_cache):
     draft, target, _ = load_pair_from_dir(
         float32_cache,
@@ -226,12 +234,18 @@ def test_model_settings_read_the_layout_and_default_to_plain(tmp_path):
             {
                 "dtype": "float32",
                 "reason": "configured",
-                "linear_layout": {"layout": "transposed", "reason": "probe", "probe_s": {}},
+                "linear_layout": {
+                    "layout": "transposed",
+                    "reason": "probe",
+                    "probe_s": {},
+                    "threads": 1,
+                },
             }
         )
     )
     settings = model_settings({"threads": 1}, path)
     assert settings["linear_layout"] == "transposed" and settings["dtype"] == "float32"
+    assert settings["linear_layout_threads"] == 1
 
 
 def _transposed_copy(model):

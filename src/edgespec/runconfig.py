@@ -77,7 +77,12 @@ def model_settings(models: dict, precision_path) -> dict:
     layout = precision.get("linear_layout") or {"layout": "plain", "reason": "not recorded"}
     if precision["dtype"] == "float32":
         log.info("float32 linear weights %s: %s", layout["layout"], layout["reason"])
-    return {**models, "dtype": precision["dtype"], "linear_layout": layout["layout"]}
+    return {
+        **models,
+        "dtype": precision["dtype"],
+        "linear_layout": layout["layout"],
+        "linear_layout_threads": layout.get("threads"),
+    }
 
 
 def load_models(params, inputs, threads, linear_layout: str | None = None):

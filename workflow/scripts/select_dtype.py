@@ -52,6 +52,6 @@ if layout.layout == "transposed" and ensure_transposed(source) is None:
 record = {
     **choice.to_dict(),
     "torch_threads": probe_threads,
-    "linear_layout": layout.to_dict(),
+    "linear_layout": {**layout.to_dict(), "threads": job_threads},
 }
 write_json(record, snakemake.output.precision)

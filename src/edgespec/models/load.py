@@ -10,6 +10,7 @@ error when the hub is unreachable). :func:`stop_token_ids` gives the ids that en
 from __future__ import annotations
 
 import json
+import logging
 import os
 import urllib.error
 import urllib.request
@@ -310,7 +311,8 @@ def load_pair_from_dir(
     )
     device = models.get("device") or "cpu"
     if models.get("linear_layout", "plain") == "transposed" and device == "cpu":
-        use_transposed_layout({"draft": draft, "target": target}, sources, quantize, threads)
+        if layout_fits_threads(models.get("linear_layout_threads"), threads):
+            use_transposed_layout({"draft": draft, "target": target}, sources, quantize, threads)
     if device != "cpu":
         import torch
 
@@ -318,6 +320,26 @@ def load_pair_from_dir(
             raise ModelPairError(f"config key 'models.device' is {device!r} but no GPU is visible")
         draft, target = to_device(draft, device), to_device(target, device)
     return draft, target, tokenizer
+
+
+def layout_fits_threads(probed: int | None, threads: int | None) -> bool:
+    """Whether the transposed layout, chosen by a probe at ``probed`` threads (None: not
+    recorded), applies to a job running ``threads`` (None: torch's current count). The probe's
+    verdict holds only at the thread count it timed: on the AVX2 EPYC numpy's BLAS won at one
+    thread, while the two-thread profile jobs on transposed weights took about twice as long as
+    on the stored ones, so a job at another count keeps the weights as stored."""
+    import torch
+
+    running = int(threads) if threads is not None else torch.get_num_threads()
+    if probed is None or int(probed) == running:
+        return True
+    logging.getLogger("edgespec").info(
+        "float32 linear weights kept as stored: the layout probe ran at %d threads, this job "
+        "runs %d",
+        int(probed),
+        running,
+    )
+    return False
 
 
 def use_transposed_layout(

@@ -166,7 +166,7 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 
 Prober = Callable[[str], float]
-"""dtype name -> seconds of the probe workload in that dtype."""
+"""A dtype (or layout) name -> seconds of the probe workload in that dtype (or layout)."""
 
 
 def choose_dtype(
