@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from edgespec.artifacts import default_dir_mode, default_file_mode
@@ -87,6 +88,19 @@ def move_into_place(build: Path, out_dir: Path) -> None:
     os.rename(build, out_dir)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def copy_is_current(out_dir: Path, record_name: str, digest: str, files: Iterable[str]) -> bool:
+    """Whether the derived copy in ``out_dir`` is complete and made from the current source:
+    its JSON record ``record_name`` names the source's provenance sha256 ``digest`` and every one
+    of ``files`` (relative to ``out_dir``) exists."""
+    try:
+        record = json.loads((out_dir / record_name).read_text())
+    except (OSError, ValueError):
+        return False
+    return record.get("source_provenance_sha256") == digest and all(
+        (out_dir / name).is_file() for name in files
+    )
 
 
 def build_once(

@@ -23,7 +23,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from edgespec.models.cachedir import build_once, give_usual_modes
+from edgespec.models.cachedir import build_once, copy_is_current, give_usual_modes
 from edgespec.models.presets import PROVENANCE_FILE
 
 CAST_FILE = "cast.json"
@@ -42,16 +42,6 @@ def cast_dir_of(model_dir: Path, dtype_name: str) -> Path:
 
 def _source_digest(model_dir: Path) -> str:
     return hashlib.sha256((model_dir / PROVENANCE_FILE).read_bytes()).hexdigest()
-
-
-def _is_current(cast_dir: Path, digest: str) -> bool:
-    try:
-        record = json.loads((cast_dir / CAST_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return record.get("source_provenance_sha256") == digest and all(
-        (cast_dir / role / "config.json").is_file() for role in ROLES
-    )
 
 
 def _write_cast(model_dir: Path, build: Path, dtype_name: str, digest: str) -> None:
@@ -91,7 +81,9 @@ def ensure_cast(model_dir: Path, dtype_name: str) -> Path:
     try:
         build_once(
             cast_dir,
-            lambda: _is_current(cast_dir, digest),
+            lambda: copy_is_current(
+                cast_dir, CAST_FILE, digest, (f"{role}/config.json" for role in ROLES)
+            ),
             lambda build: _write_cast(model_dir, build, dtype_name, digest),
             f"writing a {dtype_name} copy of {model_dir} to {cast_dir} (once: later loads skip "
             "the cast)",

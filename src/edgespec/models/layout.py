@@ -25,7 +25,7 @@ import logging
 import struct
 from pathlib import Path
 
-from edgespec.models.cachedir import build_once, give_usual_modes
+from edgespec.models.cachedir import build_once, copy_is_current, give_usual_modes
 from edgespec.models.presets import PROVENANCE_FILE
 
 LAYOUT_RECORD = "layout.json"
@@ -56,16 +56,6 @@ def _provenance_digest(pair_dir: Path) -> str:
         source = json.loads((pair_dir / CAST_FILE).read_text())["source"]
         record = Path(source) / PROVENANCE_FILE
     return hashlib.sha256(record.read_bytes()).hexdigest()
-
-
-def _is_current(out_dir: Path, digest: str) -> bool:
-    try:
-        record = json.loads((out_dir / LAYOUT_RECORD).read_text())
-    except (OSError, ValueError):
-        return False
-    return record.get("source_provenance_sha256") == digest and all(
-        (out_dir / role / TRANSPOSED_FILE).is_file() for role in ROLES
-    )
 
 
 def write_transposed(model, path: Path) -> int:
@@ -139,7 +129,9 @@ def ensure_transposed(pair_dir: Path) -> Path | None:
     try:
         build_once(
             out_dir,
-            lambda: _is_current(out_dir, digest),
+            lambda: copy_is_current(
+                out_dir, LAYOUT_RECORD, digest, (f"{role}/{TRANSPOSED_FILE}" for role in ROLES)
+            ),
             lambda build: _write_pair(pair_dir, build, digest),
             f"writing the float32 linear weights of {pair_dir} transposed to {out_dir} (once: "
             "later loads map them)",
