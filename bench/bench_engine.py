@@ -171,7 +171,8 @@ def main() -> None:
         default="plain",
         help="float32 linear weights as stored, or transposed and multiplied by numpy's BLAS "
         "(edgespec.models.layout; what rule select_dtype picks where it is faster), in every "
-        "method's models; on the AVX2 EPYC it won at --threads 1 and was about 2x slower at 2",
+        "method's models; on the AVX2 EPYC its one-token steps were faster at --threads 1 (its "
+        "few-token verifications were not) and about 2x slower at 2",
     )
     ap.add_argument(
         "--sweep", type=int, nargs="*", default=[], help="batch sizes for the crossover table"
