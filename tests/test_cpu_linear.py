@@ -13,6 +13,7 @@ import torch
 
 from edgespec.models import cpu_linear
 from edgespec.models.cpu_linear import (
+    FusedProjections,
     OneDNNLinear,
     linear,
     onednn_available,
@@ -125,8 +126,12 @@ def test_bf16_weights_reordered_once_give_the_same_bits():
     plain, packed = _bf16_pair()
     changed = use_onednn_linear(packed)
     assert changed == sum(type(m) is torch.nn.Linear for m in plain.modules()) > 0
-    layers = [m for m in packed.modules() if type(m) is OneDNNLinear]
-    assert len(layers) == changed and all(m.weight.is_mkldnn for m in layers)
+    # Query/key/value and gate/up are stacked into one product each (fuse_projections).
+    layers = [m for m in packed.modules() if isinstance(m, OneDNNLinear)]
+    stacked = [m for m in layers if isinstance(m, FusedProjections)]
+    assert len(stacked) == 2 * len(packed.model.layers)
+    assert len(layers) - len(stacked) + sum(len(m.members) for m in stacked) == changed
+    assert all(m.weight.is_mkldnn for m in layers)
     # The tied output embedding got its own reordered copy; the input embedding stays plain.
     assert packed.lm_head.weight.is_mkldnn and not packed.model.embed_tokens.weight.is_mkldnn
     ids = torch.tensor([[3, 17, 29, 5], [40, 2, 11, 58]])
@@ -193,7 +198,7 @@ def test_float32_weights_reordered_on_request_keep_outputs_and_greedy_tokens():
     layers = [m for m in routed.modules() if type(m) is OneDNNLinear]
     assert not any(m.weight.is_mkldnn for m in layers)  # the workflow's float32 layout: plain
     assert reorder_all_weights(routed) == len(layers) > 0
-    assert all(m.weight.is_mkldnn for m in layers)
+    assert all(m.weight.is_mkldnn for m in routed.modules() if isinstance(m, OneDNNLinear))
     ids = torch.tensor([[3, 17, 29, 5], [40, 2, 11, 58]])
     with torch.inference_mode():
         assert torch.allclose(routed(ids).logits, reference(ids).logits, atol=1e-5)

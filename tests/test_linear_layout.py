@@ -16,6 +16,7 @@ from edgespec.models.cpu_linear import (
     is_transposed,
     linear,
     plain_parameters,
+    reorder_all_weights,
     transposed_weight,
 )
 from edgespec.models.layout import (
@@ -25,6 +26,7 @@ from edgespec.models.layout import (
     ensure_transposed,
     transposed_dir_of,
     use_transposed_weights,
+    write_transposed,
 )
 from edgespec.models.load import load_model, load_pair_from_dir
 from edgespec.models.precision import (
@@ -152,6 +154,23 @@ def test_a_quantised_draft_keeps_its_weights_as_stored(float32_cache):
     )
     assert not any(is_transposed(p) for p in draft.parameters())
     assert any(is_transposed(p) for p in target.parameters())
+
+
+def test_a_model_with_stacked_projections_writes_the_same_file(float32_cache, tmp_path):
+    from safetensors.torch import load_file
+
+    plain = load_model(float32_cache / "draft", "float32", "draft")
+    stacked = load_model(float32_cache / "draft", "float32", "draft")
+    reorder_all_weights(stacked)  # reordered float32: query/key/value and gate/up stacked
+    assert write_transposed(stacked, tmp_path / "s.safetensors") == write_transposed(
+        plain, tmp_path / "p.safetensors"
+    )
+    written, expected = (load_file(str(tmp_path / f)) for f in ("s.safetensors", "p.safetensors"))
+    assert written.keys() == expected.keys() and "model.layers.0.self_attn.k_proj.weight" in written
+    for key, tensor in expected.items():
+        assert torch.equal(written[key], tensor), key
+    with pytest.raises(LayoutError, match="reordered for oneDNN"):
+        use_transposed_weights(stacked, tmp_path / "s.safetensors")
 
 
 def test_a_file_that_does_not_fit_the_model_is_named(float32_cache, tmp_path):

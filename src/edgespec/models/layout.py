@@ -69,13 +69,15 @@ def write_transposed(model, path: Path) -> int:
     held the default target twice over (12.2 GB resident)."""
     import torch
 
-    from edgespec.models.cpu_linear import plain_parameters
+    from edgespec.models.cpu_linear import FusedProjections, ProjectionSlice, plain_parameters
 
-    weights = plain_parameters(model)
+    weights = plain_parameters(model)  # stacked siblings under their own names
     keys = [
         f"{name}.weight"
         for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and module.weight.dtype is torch.float32
+        if isinstance(module, (torch.nn.Linear, ProjectionSlice))
+        and not isinstance(module, FusedProjections)
+        and weights[f"{name}.weight"].dtype is torch.float32
     ]
     header: dict = {"__metadata__": {"layout": "linear weights transposed, [in, out]"}}
     offset = 0
