@@ -61,8 +61,9 @@ and the MLP's by its gate and up weights: seven products per layer where four wo
 row a product of a few MB is short of the bandwidth it could use (the 0.5B draft's 896 -> 128
 key projection read at 12 GB/s, its 896 -> 896 query at 42 GB/s, one 896 -> 1152 product of
 all three at 48 GB/s; bf16 reordered, 2 threads, a Zen 5 EPYC). So where weights are reordered
-anyway, siblings are stacked into one reordered weight (:func:`fuse_projections`), at no extra
-copy: the model's forward still calls ``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)``, each now a
+anyway, siblings are stacked into one reordered weight (:func:`fuse_projections`; at load, one
+temporary copy of their plain weights, about a second for the 1.5B target): the model's forward
+still calls ``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)``, each now a
 :class:`ProjectionSlice` of one :class:`FusedProjections` layer. Stacked and separate products
 gave the same bits at 1 to 2400 rows in bf16 and float32 there (each output column is the same
 dot product). Whole steps over a 64-token cache, bf16, a stacked and a separate copy of each
