@@ -206,10 +206,14 @@ class OneDNNLinear(torch.nn.Linear):
         return clone
 
 
+def _plain(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` in its plain layout (a reordered one read back, bit for bit)."""
+    return weight.to_dense() if weight.is_mkldnn else weight
+
+
 def _reordered_parameter(weight: torch.Tensor) -> torch.nn.Parameter:
     """A new inference-only parameter holding ``weight`` (plain or reordered) reordered."""
-    plain = weight.to_dense() if weight.is_mkldnn else weight
-    return torch.nn.Parameter(pack_weight(plain), requires_grad=False)
+    return torch.nn.Parameter(pack_weight(_plain(weight)), requires_grad=False)
 
 
 def use_onednn_linear(model: torch.nn.Module) -> int:
@@ -313,7 +317,7 @@ def plain_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         for kind in ("weight", "bias")
     }
     plain = {
-        name: param.to_dense() if param.is_mkldnn else param
+        name: _plain(param)
         for name, param in model.named_parameters(remove_duplicate=False)
         if name not in stacked
     }
@@ -385,10 +389,6 @@ class ProjectionSlice(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"columns of {self.fused.members}: {self.fused.members[self.index]}"
-
-
-def _plain(weight: torch.Tensor) -> torch.Tensor:
-    return weight.to_dense() if weight.is_mkldnn else weight
 
 
 def _can_stack(layers: list[torch.nn.Module], reorderable: Callable[[torch.dtype], bool]) -> bool:
