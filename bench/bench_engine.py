@@ -18,10 +18,13 @@ float32 weights through numpy's BLAS, as the workflow's model jobs do where rule
 ``select_dtype`` found that faster (``edgespec.models.layout``).
 
 Timing on a shared machine drifts by more than the differences measured here, so every method
-runs ``--repeats`` times, interleaved: each repeat runs every method once, in an order rotated
-from one repeat to the next, and a ratio is taken within a repeat (each method against
-target-only ``generate`` of the same repeat). The tables give the median and, in brackets, the
-range over repeats.
+runs ``--repeats`` times, interleaved, and a ratio is taken within a repeat (each method against
+target-only ``generate`` of the same repeat). Within a repeat the batch-1 methods take turns
+prompt by prompt (each prompt is decoded by every batch-1 method in an order rotated from one
+prompt and one repeat to the next), so the runs a ratio compares lie seconds apart; the batched
+methods then run once each, in an order rotated from one repeat to the next. The tables give the
+median and, in brackets, the range over repeats; a second table pools each batch-1 method's
+tokens and seconds over every prompt and repeat, with a bootstrap interval over prompts.
 
 Prints Markdown tables: tokens/s, ratios, peak resident memory, how many outputs equal
 target-only greedy, where the engine's time goes (draft forwards, target forwards, the rest),
@@ -47,11 +50,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from edgespec.data.chat import chat_token_ids
 from edgespec.data.prepare import load_records
 from edgespec.decoding.engine import DecodingConfig, generate_rounds
+from edgespec.intervals import Interval, bootstrap_interval
 from edgespec.models.cpu_linear import packing_supported, reorder_all_weights
 from edgespec.models.load import (
     load_model,
@@ -189,6 +194,10 @@ def main() -> None:
         return
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
+    if args.prompts < 1:
+        ap.error("--prompts must be >= 1")
+    if args.batch < 2:
+        ap.error("--batch must be >= 2 (the batch-1 methods always run)")
     if args.layout == "transposed" and (args.dtype != "float32" or args.reorder_float32):
         ap.error("--layout transposed needs --dtype float32 and no --reorder-float32")
     gammas = args.gammas or [args.gamma]
@@ -217,10 +226,11 @@ def main() -> None:
     eos = set(stop_token_ids(tok, target))
     pad = tok.pad_token_id if tok.pad_token_id is not None else min(eos)
     records = load_records(
-        "instructions", max(args.batch, *args.sweep, 1), numpy_rng(args.seed, "bench")
+        "instructions", max(args.batch, args.prompts, *args.sweep), numpy_rng(args.seed, "bench")
     )
     prompts = [chat_token_ids(tok, r.prompt) for r in records]
     few = prompts[: args.prompts]
+    batch_prompts = prompts[: args.batch]
 
     def hf(prompt_list, batch, **kw):
         outs = []
@@ -270,8 +280,13 @@ def main() -> None:
             lambda p: hf(p, 1, assistant_model=draft, **fixed),
         ),
         *((f"engine, gamma = {g}", 1, few, lambda p, g=g: engine(p, 1, g)) for g in gammas),
-        ("target-only generate", args.batch, prompts, lambda p: hf(p, args.batch)),
-        (f"engine, gamma = {args.gamma}", args.batch, prompts, lambda p: engine(p, args.batch)),
+        ("target-only generate", args.batch, batch_prompts, lambda p: hf(p, args.batch)),
+        (
+            f"engine, gamma = {args.gamma}",
+            args.batch,
+            batch_prompts,
+            lambda p: engine(p, args.batch),
+        ),
     ]
     if int8_draft is not None:
         methods += [
@@ -293,7 +308,7 @@ def main() -> None:
             (
                 f"engine, int8 draft, gamma = {args.gamma}",
                 args.batch,
-                prompts,
+                batch_prompts,
                 lambda p: engine(p, args.batch, draft=int8_draft),
             ),
         ]
@@ -303,42 +318,60 @@ def main() -> None:
         run(prompt_list[:1])  # warm-up: first calls allocate and pick kernels
     outputs: dict[tuple[str, int], list[list[int]]] = {}
     timings: dict[tuple[str, int], list[dict[str, float]]] = {(m[0], m[1]): [] for m in methods}
+    # per batch-1 method and prompt, [tokens, seconds] summed over repeats
+    per_prompt = {(m[0], m[1]): [[0, 0.0] for _ in few] for m in methods if m[1] == 1}
+
+    def timed(label, batch, prompt_list, run):
+        _reset_peak_rss()
+        with ForwardClock(*drafts, ("target", target)) as clock:
+            start = time.perf_counter()
+            out = run(prompt_list)
+            elapsed = time.perf_counter() - start
+        record = {
+            "draft": clock.seconds("draft"),
+            "target": clock.seconds("target"),
+            **{
+                f"{role}_{part}_{kind}": getattr(clock, kind)(role, widest, part == "prefill")
+                for role in ("draft", "target")
+                for part in ("prefill", "steps")
+                for kind in ("seconds", "count")
+            },
+            "total": elapsed,
+            "tokens": sum(len(o) for o in out),
+            "rss": _peak_rss_gib(),
+        }
+        return out, record
+
+    singles = [m for m in methods if m[1] == 1]
+    batched = [m for m in methods if m[1] != 1]
     for repeat in range(args.repeats):
-        shift = repeat % len(methods)
-        for label, batch, prompt_list, run in methods[shift:] + methods[:shift]:
-            _reset_peak_rss()
-            with ForwardClock(*drafts, ("target", target)) as clock:
-                start = time.perf_counter()
-                out = run(prompt_list)
-                elapsed = time.perf_counter() - start
+        # Batch-1 methods take turns prompt by prompt, so that the runs a ratio compares lie
+        # seconds apart, not minutes: this VM's speed drifts within a minute.
+        sums: dict[tuple[str, int], dict[str, float]] = {}
+        singles_out: dict[tuple[str, int], list[list[int]]] = {}
+        for i, prompt in enumerate(few):
+            shift = (repeat + i) % len(singles)
+            for label, batch, _, run in singles[shift:] + singles[:shift]:
+                out, record = timed(label, batch, [prompt], run)
+                singles_out.setdefault((label, batch), []).extend(out)
+                total = sums.setdefault((label, batch), dict.fromkeys(record, 0.0))
+                add_run(total, per_prompt[(label, batch)][i], record)
+        for key, total in sums.items():
+            outputs.setdefault(key, singles_out[key])
+            timings[key].append(total)
+            _log_run(repeat, key, total)
+        shift = repeat % max(len(batched), 1)
+        for label, batch, prompt_list, run in batched[shift:] + batched[:shift]:
+            out, record = timed(label, batch, prompt_list, run)
             outputs.setdefault((label, batch), out)
-            timings[(label, batch)].append(
-                {
-                    "draft": clock.seconds("draft"),
-                    "target": clock.seconds("target"),
-                    **{
-                        f"{role}_{part}_{kind}": getattr(clock, kind)(
-                            role, widest, part == "prefill"
-                        )
-                        for role in ("draft", "target")
-                        for part in ("prefill", "steps")
-                        for kind in ("seconds", "count")
-                    },
-                    "total": elapsed,
-                    "tokens": sum(len(o) for o in out),
-                    "rss": _peak_rss_gib(),
-                }
-            )
-            print(
-                f"repeat {repeat + 1}: {label} (batch {batch}): "
-                f"{timings[(label, batch)][-1]['tokens']} tokens in {elapsed:.1f} s",
-                file=sys.stderr,
-                flush=True,
-            )
+            timings[(label, batch)].append(record)
+            _log_run(repeat, (label, batch), record)
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(_Tee(sys.stdout, printed)):
-        _report(args, methods, timings, outputs, gammas, prompts, hf, engine, int8_draft)
+        _report(
+            args, methods, timings, outputs, per_prompt, gammas, prompts, hf, engine, int8_draft
+        )
     print("\nverdicts:\n")
     print("\n".join(f"- {line}" for line in conclusions(printed.getvalue())))
 
@@ -357,7 +390,9 @@ class _Tee(io.TextIOBase):
             stream.flush()
 
 
-def _report(args, methods, timings, outputs, gammas, prompts, hf, engine, int8_draft) -> None:
+def _report(
+    args, methods, timings, outputs, per_prompt, gammas, prompts, hf, engine, int8_draft
+) -> None:
     """Print the tables of a finished benchmark (and run the crossover sweep)."""
     model_dir = Path(args.model_dir)
     flags = cpu_flags()
@@ -414,6 +449,7 @@ def _report(args, methods, timings, outputs, gammas, prompts, hf, engine, int8_d
         cells += (_spread(rates, 2), _spread(ratios, 2, "x"), f"{max(r['rss'] for r in runs):.1f}")
         cells += (f"{same}/{n}",)
         print("| " + " | ".join(map(str, cells)) + " |")
+    _print_paired(args, per_prompt)
     print("\nwhere the engine's time goes (seconds, median over repeats):\n")
     print("| method | batch | draft forwards | target forwards | everything else | total |")
     print("|---|---|---|---|---|---|")
@@ -460,6 +496,69 @@ def _report(args, methods, timings, outputs, gammas, prompts, hf, engine, int8_d
             print(f"| {batch} | " + " | ".join(cells) + " |", flush=True)
 
 
+def add_run(total: dict[str, float], tally: list[float], record: dict[str, float]) -> None:
+    """Add one prompt's run (``record``) of a batch-1 method to its repeat's ``total`` (times
+    and counts summed, peak RSS the largest) and to that prompt's ``tally`` [tokens, seconds]."""
+    for key, value in record.items():
+        total[key] = max(total[key], value) if key == "rss" else total[key] + value
+    tally[0] += record["tokens"]
+    tally[1] += record["total"]
+
+
+def _log_run(repeat: int, key: tuple[str, int], record: dict[str, float]) -> None:
+    label, batch = key
+    print(
+        f"repeat {repeat + 1}: {label} (batch {batch}): {record['tokens']:.0f} tokens in "
+        f"{record['total']:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def pooled_ratio(
+    method: list[tuple[float, float]],
+    base: list[tuple[float, float]],
+    rng: np.random.Generator,
+) -> Interval:
+    """Tokens/s of a method over tokens/s of target-only ``generate``, each pooled over every
+    prompt and repeat (``method`` and ``base``: [tokens, seconds] per prompt, summed over
+    repeats), with a percentile bootstrap interval over prompts (a resampled prompt brings
+    every repeat of both methods with it, so the pairing is kept)."""
+    ours, theirs = np.asarray(method, dtype=float), np.asarray(base, dtype=float)
+    if ours.shape != theirs.shape or ours.ndim != 2 or ours.shape[1] != 2:
+        raise ValueError("pooled_ratio needs [tokens, seconds] per prompt for both methods")
+
+    def ratio(idx: np.ndarray) -> np.ndarray:
+        picked = idx.astype(int)
+        a, b = ours[picked].sum(axis=-2), theirs[picked].sum(axis=-2)
+        return (a[..., 0] / a[..., 1]) / (b[..., 0] / b[..., 1])
+
+    return bootstrap_interval(np.arange(len(ours)), rng, statistic=ratio, vectorized=True)
+
+
+PAIRED_CAPTION = "batch 1, pooled over prompts and repeats"
+
+
+def _print_paired(args, per_prompt) -> None:
+    base = per_prompt[("target-only generate", 1)]
+    n = len(base)
+    print(
+        f"\n{PAIRED_CAPTION}: tokens/s against target-only generate, all {n} prompts x "
+        f"{args.repeats} repeats of each method summed (each prompt was run by every batch-1 "
+        "method in turn, so the runs compared lie seconds apart), with a 95% bootstrap interval "
+        f"over the {n} prompts:\n"
+    )
+    _print_header("method", "batch", "pooled vs target-only", "95% interval over prompts")
+    for (label, batch), per in per_prompt.items():
+        if label == "target-only generate":
+            continue
+        interval = pooled_ratio(per, base, numpy_rng(args.seed, "bench", "bootstrap", label))
+        print(
+            f"| {label} | {batch} | {interval.point:.2f}x | {interval.low:.2f}x to "
+            f"{interval.high:.2f}x |"
+        )
+
+
 def _table_rows(text: str, header: str) -> list[list[str]]:
     """The cells of every row of the first Markdown table whose header row starts with the
     cells ``header`` ("method | batch | prompts"), the header and the rule excluded."""
@@ -497,6 +596,7 @@ def conclusions(text: str) -> list[str]:
         need = _what_the_goal_needs(steps, verifications, drafting_s)
         if need:
             out.append(f"{method}, batch {batch}: {need}")
+    out += _paired_verdicts(_table_rows(text, "method | batch | pooled vs target-only"))
     caption = next((line for line in text.splitlines() if line.startswith("crossover:")), None)
     sweep = _table_rows(text, "batch | target-only generate")
     if caption and sweep and "(gamma = " in caption:
@@ -506,6 +606,42 @@ def conclusions(text: str) -> list[str]:
             if len(sweep[0]) <= column:
                 continue
             out.append(_crossover(text, sweep, gamma, engine, column))
+    return out
+
+
+def _paired_verdicts(rows: list[list[str]]) -> list[str]:
+    """Each engine's pooled batch-1 ratio against :data:`GOAL_SPEEDUP` (met only where the
+    whole interval clears it) and against the best Hugging Face assisted method's with the
+    same draft."""
+    pooled = {}
+    for method, _, point, interval in rows:
+        low, high = (float(v.rstrip("x")) for v in interval.split(" to "))
+        pooled[method] = (float(point.rstrip("x")), low, high)
+    out = []
+    for method, (point, low, high) in pooled.items():
+        if not method.startswith("engine"):
+            continue
+        int8 = "int8 draft" in method  # each engine against the assisted runs of its own draft
+        assisted = {
+            m: v
+            for m, v in pooled.items()
+            if m.startswith("HF assisted") and ("int8 draft" in m) == int8
+        }
+        if low >= GOAL_SPEEDUP:
+            goal = f"meets the {GOAL_SPEEDUP}x goal"
+        elif high < GOAL_SPEEDUP:
+            goal = f"falls short of the {GOAL_SPEEDUP}x goal"
+        else:
+            goal = f"the interval straddles the {GOAL_SPEEDUP}x goal (undecided)"
+        line = (
+            f"{method}, batch 1, pooled: {point:.2f}x target-only generate ({low:.2f}x to "
+            f"{high:.2f}x over prompts): {goal}"
+        )
+        if assisted:
+            best = max(assisted, key=lambda m: assisted[m][0])
+            side = "ahead of" if point > assisted[best][0] else "not ahead of"
+            line += f"; {side} the best assisted method, {best} ({assisted[best][0]:.2f}x)"
+        out.append(line + ".")
     return out
 
 

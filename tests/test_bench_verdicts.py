@@ -120,3 +120,108 @@ def test_transposed_layout_is_refused_where_it_cannot_apply(bench, monkeypatch, 
         bench.main()
     assert exit_info.value.code == 2
     assert "--layout transposed needs --dtype float32" in capsys.readouterr().err
+
+
+def test_pooled_ratio_keeps_each_prompt_paired(bench):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    # Per prompt [tokens, seconds] summed over repeats. (10 + 10) / (1 + 2) tokens/s against
+    # (10 + 10) / (2 + 2): 4/3. Resampling prompt 0 twice gives 10/1 against 10/2 = 2.0,
+    # prompt 1 twice 10/2 against 10/2 = 1.0: the interval's ends.
+    interval = bench.pooled_ratio([[10, 1.0], [10, 2.0]], [[10, 2.0], [10, 2.0]], rng)
+    assert interval.point == pytest.approx(4 / 3)
+    assert (interval.low, interval.high) == (pytest.approx(1.0), pytest.approx(2.0))
+    # Every prompt twice as fast as its own target-only run, however slow the prompt: a paired
+    # resample is always 2.0; resampling the two methods' prompts apart would spread it.
+    interval = bench.pooled_ratio([[10, 1.0], [10, 4.0]], [[10, 2.0], [10, 8.0]], rng)
+    assert (interval.point, interval.low, interval.high) == pytest.approx((2.0, 2.0, 2.0))
+    with pytest.raises(ValueError, match="per prompt for both methods"):
+        bench.pooled_ratio([[10, 1.0]], [[10, 2.0], [10, 2.0]], rng)
+
+
+PAIRED = (
+    "| method | batch | pooled vs target-only | 95% interval over prompts |\n" + "|---" * 4 + "|\n"
+    "| HF assisted, default drafting | 1 | 1.10x | 1.00x to 1.20x |\n"
+    "| HF assisted, gamma = 4 | 1 | 1.15x | 1.05x to 1.25x |\n"
+    "| engine, gamma = 2 | 1 | 1.40x | 1.31x to 1.52x |\n"
+    "| engine, gamma = 4 | 1 | 1.35x | 1.20x to 1.45x |\n"
+    "| HF assisted, int8 draft, gamma = 4 | 1 | 1.50x | 1.40x to 1.60x |\n"
+    "| engine, int8 draft, gamma = 4 | 1 | 1.20x | 1.10x to 1.29x |\n"
+)
+
+
+def test_paired_verdicts_weigh_the_interval_and_each_draft(bench):
+    assert bench.conclusions(PAIRED) == [
+        "engine, gamma = 2, batch 1, pooled: 1.40x target-only generate (1.31x to 1.52x over "
+        "prompts): meets the 1.3x goal; ahead of the best assisted method, HF assisted, "
+        "gamma = 4 (1.15x).",
+        "engine, gamma = 4, batch 1, pooled: 1.35x target-only generate (1.20x to 1.45x over "
+        "prompts): the interval straddles the 1.3x goal (undecided); ahead of the best "
+        "assisted method, HF assisted, gamma = 4 (1.15x).",
+        # the int8 engine against the int8 assisted run only
+        "engine, int8 draft, gamma = 4, batch 1, pooled: 1.20x target-only generate (1.10x to "
+        "1.29x over prompts): falls short of the 1.3x goal; not ahead of the best assisted "
+        "method, HF assisted, int8 draft, gamma = 4 (1.50x).",
+    ]
+
+
+def test_a_prompt_run_adds_to_its_repeat_and_to_its_own_prompt(bench):
+    total = dict.fromkeys(("tokens", "total", "draft", "rss"), 0.0)
+    tallies = [[0, 0.0], [0, 0.0]]
+    bench.add_run(total, tallies[1], {"tokens": 7, "total": 2.0, "draft": 0.5, "rss": 3.0})
+    bench.add_run(total, tallies[0], {"tokens": 5, "total": 1.0, "draft": 0.25, "rss": 2.5})
+    bench.add_run(total, tallies[1], {"tokens": 7, "total": 3.0, "draft": 0.5, "rss": 2.0})
+    assert total == {"tokens": 19, "total": 6.0, "draft": 1.25, "rss": 3.0}
+    assert tallies == [[5, 1.0], [14, 5.0]]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--prompts", "0"], "--prompts must be >= 1"),
+        (["--batch", "1"], "--batch must be >= 2"),
+        (["--repeats", "0"], "--repeats must be >= 1"),
+    ],
+)
+def test_bad_sizes_are_refused_before_loading(bench, monkeypatch, capsys, argv, message):
+    monkeypatch.setattr("sys.argv", ["bench_engine.py", "--model-dir", "/nonexistent", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main()
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_tiny_pair_runs_end_to_end(bench, float32_cache, monkeypatch, capsys):
+    # More batch-1 prompts than the batch: every one is decoded, by every method.
+    argv = ["--model-dir", str(float32_cache), "--dtype", "float32", "--gammas", "1", "2"]
+    argv += ["--prompts", "3", "--batch", "2", "--repeats", "2", "--new", "4", "--threads", "1"]
+    monkeypatch.setattr("sys.argv", ["bench_engine.py", *argv])
+    tallied: dict[int, list[int]] = {}  # per tally: the tokens of each run added to it
+    add_run = bench.add_run
+
+    def spy(total, tally, record):
+        tallied.setdefault(id(tally), []).append(int(record["tokens"]))
+        add_run(total, tally, record)
+
+    monkeypatch.setattr(bench, "add_run", spy)
+    bench.main()
+    out = capsys.readouterr().out
+    # 4 batch-1 methods besides target-only's, 3 prompts each, each prompt tallied apart and
+    # decoded once per repeat, to the same length every time
+    assert len(tallied) == 5 * 3
+    assert all(len(runs) == 2 and runs[0] == runs[1] for runs in tallied.values())
+    main_rows = {(r[0], r[1]): r for r in bench._table_rows(out, "method | batch | prompts")}
+    assert main_rows[("engine, gamma = 2", "1")][2] == "3"
+    assert main_rows[("engine, gamma = 4", "2")][2] == "2"
+    # greedy speculation is exact: every engine output is target-only greedy's
+    assert all(r[-1] == f"{r[2]}/{r[2]}" for k, r in main_rows.items() if k[0].startswith("engine"))
+    pooled = bench._table_rows(out, "method | batch | pooled vs target-only")
+    assert [r[0] for r in pooled] == [
+        "HF assisted, default drafting",
+        "HF assisted, gamma = 4",
+        "engine, gamma = 1",
+        "engine, gamma = 2",
+    ]
+    verdicts = [line for line in bench.conclusions(out) if ", batch 1, pooled:" in line]
+    assert len(verdicts) == 2
