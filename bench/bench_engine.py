@@ -639,7 +639,8 @@ def _paired_verdicts(rows: list[list[str]]) -> list[str]:
         )
         if assisted:
             best = max(assisted, key=lambda m: assisted[m][0])
-            side = "ahead of" if point > assisted[best][0] else "not ahead of"
+            theirs = assisted[best][0]
+            side = "ahead of" if point > theirs else "level with" if point == theirs else "behind"
             line += f"; {side} the best assisted method, {best} ({assisted[best][0]:.2f}x)"
         out.append(line + ".")
     return out
