@@ -17,7 +17,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from edgespec.models.attention import use_few_query_attention
 from edgespec.models.cast import ensure_cast
 from edgespec.models.cpu_linear import plain_linear, use_onednn_linear
 from edgespec.models.precision import quantized_roles, weights_dtype
@@ -205,8 +204,7 @@ def logits_size(model) -> int:
 def load_model(path: str | Path, dtype: Any, role: str = "model"):
     """One causal LM in ``dtype``, in eval mode; its linear layers on the CPU go through oneDNN
     (``edgespec.models.cpu_linear``: float32 ones as they are, bf16 ones with their weights
-    reordered once where the CPU has native bf16), and its attention over a few new tokens per
-    row is two matrix products (``edgespec.models.attention``)."""
+    reordered once where the CPU has native bf16)."""
     from transformers import AutoModelForCausalLM
 
     location, gguf_file = split_location(path)
@@ -215,7 +213,6 @@ def load_model(path: str | Path, dtype: Any, role: str = "model"):
     )
     model.eval()
     use_onednn_linear(model)
-    use_few_query_attention(model)
     return model
 
 

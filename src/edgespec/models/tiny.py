@@ -11,8 +11,6 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from edgespec.models.attention import use_few_query_attention
-
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
@@ -61,7 +59,7 @@ def build_tiny_model(
                 param.add_(
                     perturb * scale * torch.randn(param.shape, generator=noise, dtype=param.dtype)
                 )
-    return use_few_query_attention(model)  # the attention a loaded model uses
+    return model
 
 
 def build_tiny_tokenizer(corpus: list[str], vocab_size: int = 384) -> PreTrainedTokenizerFast:
