@@ -318,8 +318,10 @@ def main() -> None:
         run(prompt_list[:1])  # warm-up: first calls allocate and pick kernels
     outputs: dict[tuple[str, int], list[list[int]]] = {}
     timings: dict[tuple[str, int], list[dict[str, float]]] = {(m[0], m[1]): [] for m in methods}
+    singles = [m for m in methods if m[1] == 1]
+    batched = [m for m in methods if m[1] != 1]
     # per batch-1 method and prompt, [tokens, seconds] summed over repeats
-    per_prompt = {(m[0], m[1]): [[0, 0.0] for _ in few] for m in methods if m[1] == 1}
+    per_prompt = {(label, batch): [[0, 0.0] for _ in few] for label, batch, _, _ in singles}
 
     def timed(label, batch, prompt_list, run):
         _reset_peak_rss()
@@ -342,11 +344,9 @@ def main() -> None:
         }
         return out, record
 
-    singles = [m for m in methods if m[1] == 1]
-    batched = [m for m in methods if m[1] != 1]
     for repeat in range(args.repeats):
         # Batch-1 methods take turns prompt by prompt, so that the runs a ratio compares lie
-        # seconds apart, not minutes: this VM's speed drifts within a minute.
+        # seconds apart, not minutes: a shared machine's speed drifts over minutes.
         sums: dict[tuple[str, int], dict[str, float]] = {}
         singles_out: dict[tuple[str, int], list[list[int]]] = {}
         for i, prompt in enumerate(few):
@@ -536,17 +536,14 @@ def pooled_ratio(
     return bootstrap_interval(np.arange(len(ours)), rng, statistic=ratio, vectorized=True)
 
 
-PAIRED_CAPTION = "batch 1, pooled over prompts and repeats"
-
-
 def _print_paired(args, per_prompt) -> None:
     base = per_prompt[("target-only generate", 1)]
     n = len(base)
     print(
-        f"\n{PAIRED_CAPTION}: tokens/s against target-only generate, all {n} prompts x "
-        f"{args.repeats} repeats of each method summed (each prompt was run by every batch-1 "
-        "method in turn, so the runs compared lie seconds apart), with a 95% bootstrap interval "
-        f"over the {n} prompts:\n"
+        "\nbatch 1, pooled over prompts and repeats: tokens/s against target-only generate, "
+        f"all {n} prompts x {args.repeats} repeats of each method summed (each prompt was run "
+        "by every batch-1 method in turn, so the runs compared lie seconds apart), with a 95% "
+        f"bootstrap interval over the {n} prompts:\n"
     )
     _print_header("method", "batch", "pooled vs target-only", "95% interval over prompts")
     for (label, batch), per in per_prompt.items():
