@@ -16,6 +16,7 @@ from edgespec.decoding.compression import (
 )
 from edgespec.decoding.sampling import (
     PLACEHOLDER_TOKEN_ID,
+    greedy_tokens,
     greedy_verify,
     probabilities,
     rejection_probability,
@@ -152,6 +153,16 @@ def test_greedy_verify_matches_hand_case():
     assert res.output_tokens.tolist() == [[4, 0, 2, PLACEHOLDER_TOKEN_ID]]
     res = greedy_verify(torch.tensor([[4, 0, 2]]), logits)
     assert res.output_tokens.tolist() == [[4, 0, 2, 1]]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_greedy_tokens_take_the_first_of_tied_maxima(dtype):
+    logits = torch.tensor([[1.0, 3.0, 3.0, 2.0], [5.0, 0.0, 5.0, 5.0], [0.0, 0.0, 0.0, 1.0]])
+    assert greedy_tokens(logits.to(dtype)).tolist() == [1, 0, 3]
+    # bf16 logits of a real vocabulary tie often; every row and position as argmax has it
+    gen = torch.Generator().manual_seed(0)
+    heavy_ties = torch.randint(0, 3, (4, 3, 5000), generator=gen).to(dtype)
+    assert torch.equal(greedy_tokens(heavy_ties), heavy_ties.argmax(-1))
 
 
 def test_residual_and_beta_hand_computed():

@@ -24,6 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from edgespec.decoding.engine import prefill
+from edgespec.decoding.sampling import greedy_tokens
 
 
 @dataclass
@@ -134,7 +135,7 @@ class BranchBatch:
         )
         self.forward_calls += 1
         self.next_position = self.next_position + new_valid.long().sum(1)
-        choice = out.logits.argmax(-1).cpu()
+        choice = greedy_tokens(out.logits).cpu()
         hidden = out.hidden_states[-1][:, -keep:].cpu() if with_hidden else None
         return choice, hidden
 

@@ -42,6 +42,7 @@ from edgespec.decoding.compression import reconstruct_topk
 from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import (
     VerificationResult,
+    greedy_tokens,
     greedy_verify,
     probabilities,
     rejection_sample,
@@ -557,7 +558,7 @@ class UploadFull(TokenPolicy):
 
 
 def _draw(probs: torch.Tensor | None, logits: torch.Tensor, temperature: float, generator):
-    return logits.argmax(-1) if temperature == 0 else sample(probs, generator)
+    return greedy_tokens(logits) if temperature == 0 else sample(probs, generator)
 
 
 def _join_outputs(old, new):
@@ -846,7 +847,7 @@ def generate_rounds(
         committed = [
             row[: int(k) + 1] for row, k in zip(verdict.output_tokens.tolist(), n, strict=True)
         ]
-        mismatches = (draft_tokens != target_logits[:, :gamma].argmax(-1)).sum(1)
+        mismatches = (draft_tokens != greedy_tokens(target_logits[:, :gamma])).sum(1)
         kept, finished = schedule.commit(committed)
         if progress is not None:
             progress.advance(sum(len(k) for k in kept), sum(finished))

@@ -21,13 +21,23 @@ PLACEHOLDER_TOKEN_ID = -1
 """Fills output slots after a row's last committed token in a round."""
 
 
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """The argmax over the last axis, the first index among ties, as ``argmax`` gives it.
+
+    Through ``max`` because on the CPU ``argmax`` over bf16 logits is several times slower (one
+    row of 151,936 logits: 0.52 against 0.09 ms; 16 rows: 4.1 against 0.7 ms; 16 x 5 rows: 20.5
+    against 3.7 ms; Zen 5 EPYC, 2 threads), which cost a batch-16 engine run 7% of its time.
+    """
+    return logits.max(dim=-1).indices
+
+
 def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Softmax at ``temperature`` in float32 (float64 stays float64); ``temperature == 0`` gives
     the one-hot argmax distribution, so greedy decoding is the zero-temperature case."""
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     logits = logits.to(dtype)
     if temperature == 0:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(dtype)
+        return torch.nn.functional.one_hot(greedy_tokens(logits), logits.shape[-1]).to(dtype)
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     return torch.softmax(logits / temperature, dim=-1)
@@ -131,7 +141,7 @@ def greedy_verify(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> Ve
     ``draft_tokens`` [B, G]; ``target_logits`` [B, G+1, V], position i scoring the token after
     draft token i-1 (position 0 follows the last committed token).
     """
-    target_choice = target_logits.argmax(-1)
+    target_choice = greedy_tokens(target_logits)
     accepted = draft_tokens == target_choice[:, :-1]
     return accept_by_rule(draft_tokens, accepted, target_choice)
 

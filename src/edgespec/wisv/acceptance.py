@@ -21,7 +21,7 @@ from edgespec.decoding.engine import (
     AcceptanceRule,
     DraftRound,
 )
-from edgespec.decoding.sampling import VerificationResult, accept_by_rule
+from edgespec.decoding.sampling import VerificationResult, accept_by_rule, greedy_tokens
 from edgespec.wisv.head import DecisionHead, head_accept_probability
 
 
@@ -52,7 +52,7 @@ def round_csi(round_: DraftRound) -> torch.Tensor:
 
 
 def target_choice(round_: DraftRound) -> torch.Tensor:
-    return round_.target_logits.argmax(-1)
+    return greedy_tokens(round_.target_logits)
 
 
 def topk_acceptance(k: int) -> AcceptanceRule:

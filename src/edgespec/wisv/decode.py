@@ -43,7 +43,7 @@ from edgespec.decoding.engine import (
     strict_acceptance,
 )
 from edgespec.decoding.progress import DecodeProgress
-from edgespec.decoding.sampling import VerificationResult
+from edgespec.decoding.sampling import VerificationResult, greedy_tokens
 from edgespec.wireless.channel import (
     ChannelCondition,
     csi_features,
@@ -276,7 +276,7 @@ def check_greedy_equivalence(
         # the logits before token j: before_next for j = start, then those after token j - 1
         before = torch.cat([before_next.unsqueeze(1).to(out.dtype), out[:, :-1]], dim=1)
         before_next = out[:, -1]
-        best = before.argmax(dim=-1)
+        best = greedy_tokens(before)
         off = valid & (best != chunk)
         for b, k in off.nonzero().tolist():
             margin = float(before[b, k, best[b, k]]) - float(before[b, k, chunk[b, k]])
