@@ -638,7 +638,7 @@ def _paired_verdicts(rows: list[list[str]]) -> list[str]:
             best = max(assisted, key=lambda m: assisted[m][0])
             theirs = assisted[best][0]
             side = "ahead of" if point > theirs else "level with" if point == theirs else "behind"
-            line += f"; {side} the best assisted method, {best} ({assisted[best][0]:.2f}x)"
+            line += f"; {side} the best assisted method, {best} ({theirs:.2f}x)"
         out.append(line + ".")
     return out
 
