@@ -16,6 +16,7 @@ from edgespec.models.cpu_linear import set_blas_threads
 from edgespec.models.layout import ensure_transposed
 from edgespec.models.load import pair_source
 from edgespec.models.precision import choose_dtype, choose_linear_layout
+from edgespec.models.reordered import ensure_reordered, machine_id
 
 params = snakemake.params
 torch.set_num_threads(snakemake.threads)
@@ -36,6 +37,11 @@ logging.info("decoding dtype %s: %s", choice.dtype, choice.reason)
 # The pair in that dtype is written here, once, while this rule holds every core: the first job
 # to load it would otherwise write it, and a rule that times the models could be that job.
 source = pair_source(params.model_dir, choice.dtype)
+# Where the model jobs reorder their weights for oneDNN as they load (bf16 on a CPU with native
+# bf16), this machine's reordered weights are written once here, and each job maps them.
+reordered = ensure_reordered(source, choice.dtype) if params.device == "cpu" else None
+if reordered is not None:
+    logging.info("reordered linear weights for this machine: %s", reordered)
 probe_threads = torch.get_num_threads()
 # The layout probe runs with the threads each model job gets (models.threads, read from the
 # config rather than a param: a change of threads reruns no stage, and this probe only picks a
@@ -53,5 +59,9 @@ record = {
     **choice.to_dict(),
     "torch_threads": probe_threads,
     "linear_layout": {**layout.to_dict(), "threads": job_threads},
+    "reordered_weights": {
+        "machine": machine_id(),
+        "folder": None if reordered is None else reordered.name,
+    },
 }
 write_json(record, snakemake.output.precision)

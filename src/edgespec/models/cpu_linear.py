@@ -216,14 +216,16 @@ def _reordered_parameter(weight: torch.Tensor) -> torch.nn.Parameter:
     return torch.nn.Parameter(pack_weight(_plain(weight)), requires_grad=False)
 
 
-def use_onednn_linear(model: torch.nn.Module) -> int:
+def use_onednn_linear(model: torch.nn.Module, stored=None) -> int:
     """Route every ``torch.nn.Linear`` of a float32 or bf16 CPU ``model`` through oneDNN, in
     place: float32 layers keep their parameters; bf16 ones, where :func:`packing_supported`,
     get their weights reordered (a tied output embedding gets its own reordered copy, the input
     embedding keeps the plain one). Other models, and bf16 ones where reordering is not
     supported (PyTorch already sends their products to oneDNN), are left as they are. Sibling
     projections whose weights are reordered are stacked into one product first
-    (:func:`fuse_projections`). Returns how many of the model's linear layers changed."""
+    (:func:`fuse_projections`). ``stored``: a ``edgespec.models.reordered.StoredWeights`` whose
+    weights, reordered beforehand, are mapped instead of reordered here where it has them.
+    Returns how many of the model's linear layers changed."""
     param = next(model.parameters(), None)
     if param is None or param.device.type != "cpu" or not onednn_available():
         return 0
@@ -234,34 +236,46 @@ def use_onednn_linear(model: torch.nn.Module) -> int:
         if type(module) is torch.nn.Linear:
             module.__class__ = OneDNNLinear
             changed += 1
-    fuse_projections(model, packing_supported)
-    for module in model.modules():
+    fuse_projections(model, packing_supported, stored)
+    for name, module in model.named_modules():
         if type(module) is not OneDNNLinear or module.weight.is_mkldnn:
             continue
         if packing_supported(module.weight.dtype):
-            module.weight = _reordered_parameter(module.weight)
+            module.weight = _reordered_or_stored(name, module.weight, stored)
     return changed
 
 
-def reorder_all_weights(model: torch.nn.Module) -> int:
+def _reordered_or_stored(name: str, weight: torch.Tensor, stored) -> torch.nn.Parameter:
+    """Layer ``name``'s ``weight`` reordered: mapped from ``stored`` where it holds it, else
+    reordered now (whatever :data:`PACKED_DTYPES` says; a ``RuntimeError`` where oneDNN cannot
+    reorder the dtype here)."""
+    if stored is not None:
+        mapped = stored.take(name, weight.shape, weight.dtype, plain=lambda: _plain(weight))
+        if mapped is not None:
+            return torch.nn.Parameter(mapped, requires_grad=False)
+    return torch.nn.Parameter(reorder_weight(_plain(weight)), requires_grad=False)
+
+
+def reorder_all_weights(model: torch.nn.Module, stored=None) -> int:
     """Reorder the weight of every layer :func:`use_onednn_linear` routed, whatever
     :data:`PACKED_DTYPES` says (float32 too; bf16 only where the CPU can), in place, stack
     sibling projections (:func:`fuse_projections`), then give the remaining tensors their own
-    memory (:func:`own_storage`). Returns how many layers' weights were reordered (stacked ones
-    included)."""
+    memory (:func:`own_storage`). ``stored`` as for :func:`use_onednn_linear`. Returns how many
+    layers' weights were reordered (stacked ones included)."""
 
     def plain_layers() -> int:
         return sum(type(m) is OneDNNLinear and not m.weight.is_mkldnn for m in model.modules())
 
     before = plain_layers()
-    fuse_projections(model, lambda dtype: dtype is torch.float32 or packing_supported(dtype))
-    for module in model.modules():
+    fuse_projections(
+        model, lambda dtype: dtype is torch.float32 or packing_supported(dtype), stored
+    )
+    for name, module in model.named_modules():
         if type(module) is OneDNNLinear and not module.weight.is_mkldnn:
             try:
-                weight = reorder_weight(module.weight)
+                module.weight = _reordered_or_stored(name, module.weight, stored)
             except RuntimeError:  # bf16 without native support
                 continue
-            module.weight = torch.nn.Parameter(weight, requires_grad=False)
     reordered = before - plain_layers()
     if reordered:
         own_storage(model)
@@ -405,16 +419,20 @@ def _can_stack(layers: list[torch.nn.Module], reorderable: Callable[[torch.dtype
 
 
 def fuse_projections(
-    model: torch.nn.Module, reorderable: Callable[[torch.dtype], bool] = packing_supported
+    model: torch.nn.Module,
+    reorderable: Callable[[torch.dtype], bool] = packing_supported,
+    stored=None,
 ) -> int:
     """Stack each group of :data:`SIBLING_GROUPS` whose layers all go through oneDNN (same input
     size, dtype, and all or none with a bias) into one :class:`FusedProjections` with a
     reordered weight, in place, where their weights are reordered already or ``reorderable``
     says their dtype will be (plain weights are never stacked: that would copy them for no
     layout gain). Returns how many groups were stacked; a model without such groups is
-    unchanged."""
+    unchanged. ``stored`` as for :func:`use_onednn_linear`: a stacked weight it holds (under
+    the stacked layer's name) is mapped, not stacked and reordered here."""
     fused = 0
-    for parent in list(model.modules()):
+    for parent_name, parent in list(model.named_modules()):
+        prefix = f"{parent_name}." if parent_name else ""
         children = dict(parent.named_children())
         for stacked_name, members in SIBLING_GROUPS.items():
             if stacked_name in children or not all(m in children for m in members):
@@ -430,8 +448,21 @@ def fuse_projections(
                 bias=first.bias is not None,
                 dtype=first.weight.dtype,
             )
-            weight = torch.cat([_plain(layer.weight).detach() for layer in layers])
-            stacked.weight = torch.nn.Parameter(reorder_weight(weight), requires_grad=False)
+
+            def stacked_plain(layers=layers) -> torch.Tensor:
+                return torch.cat([_plain(layer.weight).detach() for layer in layers])
+
+            weight = None
+            if stored is not None:
+                weight = stored.take(
+                    prefix + stacked_name,
+                    (stacked.out_features, stacked.in_features),
+                    first.weight.dtype,
+                    plain=stacked_plain,
+                )
+            if weight is None:
+                weight = reorder_weight(stacked_plain())
+            stacked.weight = torch.nn.Parameter(weight, requires_grad=False)
             if first.bias is not None:
                 stacked.bias = torch.nn.Parameter(
                     torch.cat([layer.bias.detach() for layer in layers]), requires_grad=False

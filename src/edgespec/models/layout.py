@@ -45,7 +45,7 @@ def transposed_dir_of(pair_dir: Path) -> Path:
     return pair_dir.parent / f"{pair_dir.name}.linear-t"
 
 
-def _provenance_digest(pair_dir: Path) -> str:
+def provenance_digest(pair_dir: Path) -> str:
     """The sha256 of the provenance record of the stored pair ``pair_dir`` is, or comes from (a
     dtype copy names its source in ``cast.json``)."""
     pair_dir = Path(pair_dir)
@@ -127,7 +127,7 @@ def ensure_transposed(pair_dir: Path) -> Path | None:
     it cannot be written."""
     pair_dir = Path(pair_dir)
     out_dir = transposed_dir_of(pair_dir)
-    digest = _provenance_digest(pair_dir)
+    digest = provenance_digest(pair_dir)
     try:
         build_once(
             out_dir,

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.models.cast import ensure_cast
-from edgespec.models.cpu_linear import plain_linear, use_onednn_linear
+from edgespec.models.cpu_linear import packing_supported, plain_linear, use_onednn_linear
 from edgespec.models.precision import quantized_roles, weights_dtype
 from edgespec.models.presets import PROVENANCE_FILE, ModelPairError, TokenizerMismatchError
+from edgespec.models.reordered import StoredWeightsError, stored_weights_for
 
 _PROBE_TEXTS = (
     "Hello, world! The quick brown fox jumps over the lazy dog.",
@@ -28,6 +29,8 @@ _PROBE_TEXTS = (
     "Ünïcödé — 数学 ✓",
 )
 SPECIAL_TOKEN_ATTRS = ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id")
+
+log = logging.getLogger("edgespec")
 
 
 def resolve_torch_dtype(dtype: Any):
@@ -201,18 +204,41 @@ def logits_size(model) -> int:
     return int(model.config.get_text_config().vocab_size)
 
 
-def load_model(path: str | Path, dtype: Any, role: str = "model"):
+def load_model(path: str | Path, dtype: Any, role: str = "model", stored: bool = True):
     """One causal LM in ``dtype``, in eval mode; its linear layers on the CPU go through oneDNN
     (``edgespec.models.cpu_linear``: float32 ones as they are, bf16 ones with their weights
-    reordered once where the CPU has native bf16)."""
+    reordered once where the CPU has native bf16). Reordered weights that rule select_dtype
+    stored for this machine (``edgespec.models.reordered``) are mapped instead of reordered
+    here, unless ``stored`` is False."""
     from transformers import AutoModelForCausalLM
 
     location, gguf_file = split_location(path)
-    model = from_pretrained_or_hub(
-        AutoModelForCausalLM, location, gguf_file, role, dtype=resolve_torch_dtype(dtype)
-    )
-    model.eval()
-    use_onednn_linear(model)
+    torch_dtype = resolve_torch_dtype(dtype)
+
+    def fresh():
+        model = from_pretrained_or_hub(
+            AutoModelForCausalLM, location, gguf_file, role, dtype=torch_dtype
+        )
+        return model.eval()
+
+    model = fresh()
+    weights = None
+    if stored and gguf_file is None and Path(location).is_dir() and packing_supported(torch_dtype):
+        weights = stored_weights_for(Path(location))
+    try:
+        use_onednn_linear(model, weights)
+    except StoredWeightsError as exc:
+        log.warning("%s: not using its stored reordered weights (%s); reordering here", role, exc)
+        model = fresh()
+        use_onednn_linear(model)
+    else:
+        if weights is not None:
+            log.info(
+                "%s: %d reordered linear weights mapped from %s",
+                role,
+                len(weights.taken),
+                weights.path,
+            )
     return model
 
 
