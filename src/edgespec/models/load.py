@@ -239,6 +239,12 @@ def load_model(path: str | Path, dtype: Any, role: str = "model", stored: bool =
                 len(weights.taken),
                 weights.path,
             )
+        elif stored and packing_supported(torch_dtype) and model.device.type == "cpu":
+            log.info(
+                "%s: reordering its linear weights for oneDNN here (rule select_dtype stores "
+                "them once per machine; none stored for this one)",
+                role,
+            )
     return model
 
 
