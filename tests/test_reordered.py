@@ -99,6 +99,10 @@ def test_a_load_maps_the_stored_weights_and_gives_the_same_logits_bit_for_bit(
     assert all(entry["offset"] % reordered.ALIGNMENT == 0 for entry in index["weights"].values())
 
     reorders.clear()
+    load_model(float32_cache / "target", "float32", "target", stored=False)
+    assert len(reorders) == 9  # asked not to map them
+
+    reorders.clear()
     with caplog.at_level(logging.INFO, logger="edgespec"):
         model = load_model(float32_cache / "target", "float32", "target")
     assert reorders == [(64, 32)]  # the check of the first weight taken, alone

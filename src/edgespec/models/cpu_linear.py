@@ -21,10 +21,11 @@ layout, which oneDNN reorders into its blocked layout on every call. Where the C
 bf16 (AVX-512 BW/VL/DQ or AVX-NE-CONVERT: ``torch.ops.mkldnn._reorder_linear_weight`` refuses
 otherwise), bf16 models keep their linear weights reordered once, at load (the way PyTorch's
 compiler freezes CPU weights), or map a copy reordered once per machine where rule select_dtype
-stored one (``edgespec.models.reordered``; the ``stored`` argument below). Measured on a 2-core AMD EPYC with AVX512_BF16, whole forwards
-of Qwen2.5-Coder-1.5B in bf16 (64-token cache, medians of 7): 316 -> 172 ms at 1 row x 1 new
-token, 265 -> 148 ms at 1 x 5, 372 -> 314 ms at 16 x 1, 973 -> 755 ms at 16 x 5; the 0.5B
-draft 107 -> 82 ms at 1 x 1 and 173 -> 143 ms at 16 x 1; logits bit-identical.
+stored one (``edgespec.models.reordered``; the ``stored`` argument below). Measured on a 2-core
+AMD EPYC with AVX512_BF16, whole forwards of Qwen2.5-Coder-1.5B in bf16 (64-token cache,
+medians of 7): 316 -> 172 ms at 1 row x 1 new token, 265 -> 148 ms at 1 x 5, 372 -> 314 ms at
+16 x 1, 973 -> 755 ms at 16 x 5; the 0.5B draft 107 -> 82 ms at 1 x 1 and 173 -> 143 ms at
+16 x 1; logits bit-identical.
 
 float32 weights stay in their layout, because reordering them costs a workflow job more than
 it saves. On a 2-core AMD EPYC with AVX2 only (where ``auto`` picks float32),

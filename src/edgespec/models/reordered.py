@@ -65,8 +65,15 @@ class StoredWeightsError(Exception):
 
 
 def _cpu_identity(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
-    """Vendor, family, model and flags of the first processor the kernel lists."""
-    wanted = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "flags": "flags"}
+    """Vendor, family, model and flags (``Features`` on Arm) of the first processor the kernel
+    lists."""
+    wanted = {
+        "vendor_id": "vendor",
+        "cpu family": "family",
+        "model": "model",
+        "flags": "flags",
+        "Features": "flags",
+    }
     found: dict[str, Any] = {}
     try:
         text = Path(cpuinfo).read_text()
@@ -80,7 +87,7 @@ def _cpu_identity(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
         key, _, value = line.partition(":")
         key = key.strip()
         if key in wanted:
-            found[wanted[key]] = sorted(value.split()) if key == "flags" else value.strip()
+            found[wanted[key]] = sorted(value.split()) if wanted[key] == "flags" else value.strip()
     return found
 
 
