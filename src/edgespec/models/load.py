@@ -222,8 +222,9 @@ def load_model(path: str | Path, dtype: Any, role: str = "model", stored: bool =
         return model.eval()
 
     model = fresh()
+    reordered_here = packing_supported(torch_dtype)  # as use_onednn_linear decides
     weights = None
-    if stored and gguf_file is None and Path(location).is_dir() and packing_supported(torch_dtype):
+    if stored and reordered_here and gguf_file is None and Path(location).is_dir():
         weights = stored_weights_for(Path(location))
     try:
         use_onednn_linear(model, weights)
@@ -239,7 +240,7 @@ def load_model(path: str | Path, dtype: Any, role: str = "model", stored: bool =
                 len(weights.taken),
                 weights.path,
             )
-        elif stored and packing_supported(torch_dtype) and model.device.type == "cpu":
+        elif stored and reordered_here:
             log.info(
                 "%s: reordering its linear weights for oneDNN here (rule select_dtype stores "
                 "them once per machine; none stored for this one)",

@@ -48,6 +48,7 @@ from typing import Any
 
 from edgespec.models.cachedir import build_once, copy_is_current, give_usual_modes
 from edgespec.models.layout import provenance_digest
+from edgespec.models.precision import cpu_flags
 
 STORE_RECORD = "reordered.json"
 ROLES = ("draft", "target")
@@ -65,30 +66,21 @@ class StoredWeightsError(Exception):
 
 
 def _cpu_identity(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
-    """Vendor, family, model and flags (``Features`` on Arm) of the first processor the kernel
-    lists."""
-    wanted = {
-        "vendor_id": "vendor",
-        "cpu family": "family",
-        "model": "model",
-        "flags": "flags",
-        "Features": "flags",
-    }
+    """Vendor, family and model of the first processor the kernel lists, and its flags
+    (:func:`edgespec.models.precision.cpu_flags`)."""
+    wanted = {"vendor_id": "vendor", "cpu family": "family", "model": "model"}
     found: dict[str, Any] = {}
     try:
         text = Path(cpuinfo).read_text()
     except OSError:
-        return found
+        text = ""
     for line in text.splitlines():
-        if not line.strip():
-            if found:
-                break
-            continue
+        if not line.strip() and found:
+            break
         key, _, value = line.partition(":")
-        key = key.strip()
-        if key in wanted:
-            found[wanted[key]] = sorted(value.split()) if wanted[key] == "flags" else value.strip()
-    return found
+        if key.strip() in wanted:
+            found[wanted[key.strip()]] = value.strip()
+    return {**found, "flags": sorted(cpu_flags(cpuinfo))}
 
 
 def machine_fingerprint() -> dict[str, Any]:
@@ -343,7 +335,8 @@ def stored_weights_for(model_path: Path) -> StoredWeights | None:
     (``<pair>/<role>``), or None where there are none for its pair and machine."""
     model_path = Path(model_path)
     pair_dir, role = model_path.parent, model_path.name
-    out_dir = reordered_dir_of(pair_dir)
+    fingerprint = machine_fingerprint()
+    out_dir = reordered_dir_of(pair_dir, machine_id(fingerprint))
     files = (f"{role}.bin", f"{role}.json")
     try:
         current = copy_is_current(out_dir, STORE_RECORD, provenance_digest(pair_dir), files)
@@ -356,7 +349,7 @@ def stored_weights_for(model_path: Path) -> StoredWeights | None:
         log.info("not using the stored reordered weights in %s: %s", out_dir, reason)
         return None
     index = json.loads((out_dir / f"{role}.json").read_text())
-    if index.get("machine") != machine_fingerprint():
+    if index.get("machine") != fingerprint:
         return None
     return StoredWeights(out_dir / f"{role}.bin", index)
 
