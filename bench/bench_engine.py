@@ -549,7 +549,9 @@ def _print_paired(args, per_prompt) -> None:
     for (label, batch), per in per_prompt.items():
         if label == "target-only generate":
             continue
-        interval = pooled_ratio(per, base, numpy_rng(args.seed, "bench", "bootstrap", label))
+        # One seed for every method: each interval resamples the same prompts (common random
+        # numbers), so two methods' intervals differ by their timings alone.
+        interval = pooled_ratio(per, base, numpy_rng(args.seed, "bench", "bootstrap"))
         print(
             f"| {label} | {batch} | {interval.point:.2f}x | {interval.low:.2f}x to "
             f"{interval.high:.2f}x |"

@@ -140,6 +140,26 @@ def test_pooled_ratio_keeps_each_prompt_paired(bench):
         bench.pooled_ratio([[10, 1.0]], [[10, 2.0], [10, 2.0]], rng)
 
 
+def test_every_method_resamples_the_same_prompts(bench, capsys):
+    from types import SimpleNamespace
+
+    # Two methods with the same per-prompt timings must get the same interval: their bootstrap
+    # draws the same prompts (common random numbers), not draws of its own.
+    base = [[10, 2.0], [10, 3.0], [10, 2.5], [10, 4.0], [10, 1.5]]
+    method = [[10, 1.0], [10, 2.9], [10, 1.4], [10, 3.1], [10, 1.2]]
+    per_prompt = {
+        ("target-only generate", 1): base,
+        ("engine, gamma = 2", 1): method,
+        ("engine, gamma = 4", 1): method,
+    }
+    bench._print_paired(SimpleNamespace(seed=0, repeats=1), per_prompt)
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| engine")]
+    assert len(rows) == 2
+    assert rows[0].split("|")[3:] == rows[1].split("|")[3:]
+    # and the interval has a width, so the equality above is not that of two points
+    assert rows[0].split("|")[4].split("to")[0].strip() != rows[0].split("|")[3].strip()
+
+
 PAIRED = (
     "| method | batch | pooled vs target-only | 95% interval over prompts |\n" + "|---" * 4 + "|\n"
     "| HF assisted, default drafting | 1 | 1.10x | 1.00x to 1.20x |\n"
