@@ -355,13 +355,18 @@ def stored_weights_for(model_path: Path) -> StoredWeights | None:
 
 
 def _write_pair(pair_dir: Path, build: Path, dtype_name: str, digest: str) -> None:
-    # The models are loaded as every job loads them, so the stored names and layouts are the
-    # ones a job's load asks for (reordered here, not mapped from an older copy).
-    from edgespec.models.load import load_model
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from edgespec.models.cpu_linear import use_onednn_linear
 
     counts = {}
     for role in ROLES:
-        model = load_model(pair_dir / role, dtype_name, role, stored=False)
+        model = AutoModelForCausalLM.from_pretrained(
+            pair_dir / role, dtype=getattr(torch, dtype_name)
+        )
+        model.eval()
+        use_onednn_linear(model)
         counts[role] = write_reordered(model, build, role)
         del model
     record = {
