@@ -7,6 +7,7 @@ schema's defaults so every stage sees a complete configuration.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from pathlib import Path
 
 import jsonschema
@@ -291,10 +292,13 @@ def check_multidevice_settings(config: dict) -> None:
             raise ConfigError(f"config key 'multidevice.target_batch_s': {err}") from err
 
 
-def schema_reference_markdown(schema: dict | None = None) -> str:
-    """The configuration reference table of the README, generated from the schema."""
+def schema_reference_markdown(schema: dict | None = None, keys: Sequence[str] | None = None) -> str:
+    """The configuration reference table, generated from the schema: every key (the full
+    reference in ``config/README.md``), or only ``keys``, in that order (the README's short
+    table of the keys people change)."""
     schema = schema or load_schema()
-    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+    header = ["| key | type | default | description |", "|---|---|---|---|"]
+    rows: dict[str, str] = {}
 
     def walk(node: dict, prefix: str) -> None:
         for key, sub in node.get("properties", {}).items():
@@ -308,9 +312,14 @@ def schema_reference_markdown(schema: dict | None = None) -> str:
                 default = ""
             text = " ".join(str(sub.get("description", "")).split())
             default_text = f"`{default}`" if default != "" else ""
-            rows.append(f"| `{path}` | {kind} | {default_text} | {text} |")
+            rows[path] = f"| `{path}` | {kind} | {default_text} | {text} |"
             if sub.get("properties"):
                 walk(sub, path)
 
     walk(schema, "")
-    return "\n".join(rows)
+    if keys is None:
+        return "\n".join([*header, *rows.values()])
+    unknown = [k for k in keys if k not in rows]
+    if unknown:
+        raise KeyError(f"not in the config schema: {unknown}")
+    return "\n".join([*header, *(rows[k] for k in keys)])

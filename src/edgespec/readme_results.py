@@ -1,22 +1,23 @@
-"""The README's measured results, generated from a run's report files, never copied by hand.
+"""Measured runs kept as data, and the README's headline generated from them, never by hand.
 
-A measured run is kept as a snapshot in ``docs/results/`` (the report files a reader needs to
-check the README against, a few kB): the CU-HLM and WISV headline tables the report stages
-write, the run's precision record and latency profile, the per-rule times from the
-``benchmark:`` files, the engine benchmark's output and a ``run.json`` with the command, the
-machine and the wall time. :func:`render` turns a snapshot into the README block between
-``<!-- results:start -->`` and ``<!-- results:end -->``; ``tests/test_docs.py`` checks that the
-README holds exactly that block.
+Each run of the workflow that is worth keeping is a snapshot folder
+``docs/results/<machine>-<commit>/`` (a few kB): ``run.json`` (the command, how it started, the
+machine, the commit, the wall time, when it was recorded), ``precision.json`` (the dtype the run
+chose and why) and ``rule_times.csv`` (per-rule seconds and peak memory from the ``benchmark:``
+files); a *full* snapshot also holds the report files a reader needs to check the README: the
+CU-HLM, WISV and many-device headline tables and summaries and the latency profile.
 
-    python -m edgespec.readme_results snapshot --workdir . --wall-s 1234 --command "..."
-    python -m edgespec.readme_results write     # README block from docs/results/
+    python -m edgespec.readme_results snapshot --wall-s 1234 --command "snakemake --cores 2" \\
+        --start cold --machine "a 2-core ..."        # a full snapshot of ./results
+    python -m edgespec.readme_results snapshot ... --timing-only   # timings only
+    python -m edgespec.readme_results write          # README block and docs/results/README.md
 
-The same workflow timed on another machine (say a CPU without native bf16) is kept beside it
-as a timing-only snapshot, ``docs/results/other_machines/<name>/`` (``snapshot --timing-only
---dest ...``: the run, the dtype it chose and its per-rule times), and rendered as one line
-after the main run's times and latency profile, oldest first (its wall time, its jobs' seconds
-and longest rules, a link to its per-rule table); the science figures stay those of the main
-run. ``run.json`` records when the snapshot was taken (``recorded``, UTC).
+``write`` renders every generated block of the docs: the README's headline block (between
+``<!-- results:start -->`` and ``<!-- results:end -->``) from the most recently recorded full
+snapshot; the index of every snapshot, ``docs/results/README.md`` (one row per run: date, CPU,
+dtype, commit, start, wall time, link); and, from the config schema, the README's short table
+of the keys people change and the full reference in ``config/README.md``.
+``tests/test_docs.py`` checks that each equals what its source renders.
 
 Torch-free.
 """
@@ -28,15 +29,42 @@ import csv
 import json
 import math
 import shutil
+import subprocess
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SNAPSHOT_DIR = REPO_ROOT / "docs" / "results"
-OTHER_MACHINES = "other_machines"
+RESULTS_DIR = REPO_ROOT / "docs" / "results"
+INDEX = "README.md"
+BENCH_LOG = "bench_engine.md"
 README = REPO_ROOT / "README.md"
+CONFIG_README = REPO_ROOT / "config" / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+CONFIG_BLOCK = ("<!-- config-reference:start -->", "<!-- config-reference:end -->")
+KEYS_BLOCK = ("<!-- config-keys:start -->", "<!-- config-keys:end -->")
+README_KEYS = (
+    "models.preset",
+    "models.custom",
+    "models.dtype",
+    "models.device",
+    "models.cache_dir",
+    "data.datasets",
+    "decoding.max_new_tokens",
+    "decoding.temperature",
+    "channels.snr_db",
+    "channels.fadings",
+    "wisv.channels",
+    "wisv.gammas",
+    "cuhlm.variants",
+    "cuhlm.theta_tv",
+    "latency.mode",
+    "evaluation.fading_seeds",
+    "multidevice.enabled",
+    "multidevice.device_counts",
+)
+"""The keys people change, in the README's short configuration table (descriptions from the
+schema); the full reference is ``config/README.md``."""
 
 REPORT_FILES = {
     "results/report/cuhlm_headline.csv": "cuhlm_headline.csv",
@@ -52,6 +80,11 @@ OPTIONAL_REPORT_FILES = {
     "results/report/multidevice_summary.md": "multidevice_summary.md",
     "results/machine/quantization.json": "quantization.json",
 }
+WINGS = (
+    ("cuhlm", "CU-HLM family", "cuhlm_summary.md"),
+    ("wisv", "WISV", "wisv_summary.md"),
+    ("multidevice", "Many devices, one edge (no paper has this experiment)", None),
+)
 
 
 # ------------------------------------------------------------------------------- snapshot
@@ -77,6 +110,34 @@ def rule_times(benchmark_dir: Path) -> list[dict]:
         for rule, values in jobs.items()
     ]
     return sorted(rows, key=lambda r: -r["seconds"])
+
+
+def isa_tag(simd: list[str] | tuple[str, ...], device: str = "cpu") -> str:
+    """The folder-name tag of a machine class, from the SIMD flags ``precision.json`` records:
+    ``cuda``, ``amx``, ``avx512bf16``, ``avx512``, ``avx2`` or ``other``."""
+    flags = set(simd)
+    if device == "cuda":
+        return "cuda"
+    for tag, flag in (
+        ("amx", "amx_bf16"),
+        ("avx512bf16", "avx512_bf16"),
+        ("avx512", "avx512f"),
+        ("avx2", "avx2"),
+    ):
+        if flag in flags:
+            return tag
+    return "other"
+
+
+def _git_commit(workdir: Path) -> str:
+    out = subprocess.run(
+        ["git", "-C", str(workdir), "rev-parse", "--short=7", "HEAD"],
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise ValueError(f"{workdir} is not a git checkout: pass --commit")
+    return out.stdout.strip()
 
 
 def snapshot(
@@ -105,6 +166,15 @@ def snapshot(
     (dest / "run.json").write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
 
 
+def default_dest(workdir: Path, commit: str, results_dir: Path = RESULTS_DIR) -> Path:
+    """``docs/results/<machine>-<commit>/`` for the run in ``workdir``."""
+    precision = json.loads((Path(workdir) / "results/machine/precision.json").read_text())
+    machine = precision.get("machine", {})
+    return (
+        results_dir / f"{isa_tag(machine.get('simd', []), machine.get('device', 'cpu'))}-{commit}"
+    )
+
+
 def _write_rule_times(workdir: Path, dest: Path) -> None:
     with (dest / "rule_times.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=["rule", "jobs", "seconds", "peak_rss_mb"])
@@ -112,7 +182,7 @@ def _write_rule_times(workdir: Path, dest: Path) -> None:
         writer.writerows(rule_times(workdir / "benchmarks"))
 
 
-# ------------------------------------------------------------------------------- rendering
+# ------------------------------------------------------------------------------- reading
 
 
 def _read_csv(path: Path) -> list[dict]:
@@ -120,21 +190,46 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-def _number(text: str) -> float:
+def _number(text: str | None) -> float:
     try:
-        return float(text)
+        return float(text)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return math.nan
 
 
-def _fmt(value: float, unit: str) -> str:
+def runs(results_dir: Path = RESULTS_DIR) -> list[tuple[Path, dict]]:
+    """Every snapshot folder with its ``run.json``, oldest first (by when it was recorded)."""
+    found = [
+        (path.parent, json.loads(path.read_text())) for path in Path(results_dir).glob("*/run.json")
+    ]
+    return sorted(found, key=lambda r: (r[1].get("recorded", ""), r[0].name))
+
+
+def is_full(run_dir: Path) -> bool:
+    """A full snapshot holds the report files, not only timings."""
+    return (run_dir / "cuhlm_headline.csv").is_file()
+
+
+def latest_full(results_dir: Path = RESULTS_DIR) -> Path:
+    """The most recently recorded full snapshot (the README's headline run)."""
+    full = [run_dir for run_dir, _ in runs(results_dir) if is_full(run_dir)]
+    if not full:
+        raise FileNotFoundError(f"{results_dir} holds no full snapshot (cuhlm_headline.csv)")
+    return full[-1]
+
+
+# ------------------------------------------------------------------------------- rendering
+
+
+def fmt_value(value: float, unit: str) -> str:
+    """A headline figure: ``3.85x``, ``46.1%``, ``2535x`` (no exponent), ``not reached``."""
     if math.isinf(value):
         return "not reached"
     if not math.isfinite(value):
         return "n/a"
     if unit == "%":
         return f"{value:.1f}%"
-    text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"  # no exponent notation
+    text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
     if unit == "x":
         return f"{text}x"
     return f"{text}{' ' + unit if unit else ''}"
@@ -157,8 +252,8 @@ def headline_table(rows: list[dict]) -> str:
     for row in rows:
         unit = row.get("unit", "")
         lo, hi = _number(row.get("ours_lo")), _number(row.get("ours_hi"))
-        interval = f"{_fmt(lo, unit)} to {_fmt(hi, unit)}" if not math.isnan(lo) else ""
-        ours = _fmt(_number(row["ours"]), unit)
+        interval = "" if math.isnan(lo) else f"{fmt_value(lo, unit)} to {fmt_value(hi, unit)}"
+        ours = fmt_value(_number(row["ours"]), unit)
         out.append(
             f"| {row['metric']} | {_paper(row['paper'], unit)} | {ours} | {interval} | "
             f"{row['where']} |"
@@ -166,144 +261,118 @@ def headline_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _rule_time_lines(snapshot_dir: Path, wall_s: float) -> list[str]:
-    """The per-rule table of a snapshot, and how its seconds relate to the wall time."""
-    lines = [
-        "Per rule, from the `benchmark:` files (seconds, all jobs of the rule):",
-        "",
-        "| rule | jobs | seconds | peak RSS (MB) |",
-        "|---|---|---|---|",
-    ]
-    timed = 0.0
-    for row in _read_csv(snapshot_dir / "rule_times.csv"):
-        lines.append(f"| {row['rule']} | {row['jobs']} | {row['seconds']} | {row['peak_rss_mb']} |")
-        timed += float(row["seconds"])
-    if wall_s > timed:
-        # The small torch-free jobs have no benchmark: file; where the model jobs ran one at a
-        # time, the rest of the wall time is theirs (and Snakemake's own).
-        lines.append(
-            f"| everything else (small jobs without a `benchmark:` file, scheduling) | | "
-            f"{wall_s - timed:.1f} | |"
-        )
-    else:
-        lines += [
-            "",
-            f"The jobs ran side by side, so their seconds add up to more than the wall time "
-            f"({timed:.0f} s of jobs in {wall_s:.0f} s).",
-        ]
-    return lines
+def _jobs_seconds(run_dir: Path) -> float:
+    return sum(float(row["seconds"]) for row in _read_csv(run_dir / "rule_times.csv"))
 
 
-def _other_run_line(run_dir: Path, run: dict, longest: int = 3) -> str:
-    """One bullet for a timing-only snapshot (``run``: its run.json): machine, how it started,
-    wall time, the jobs' seconds and its longest rules, the dtype it chose and why, and where
-    its table is."""
+def _start_word(run: dict) -> str:
+    return run.get("start", "").split(" ", 1)[0].rstrip(",;") or "-"
+
+
+def render(results_dir: Path = RESULTS_DIR) -> str:
+    """The README's headline block: the latest full run, its paper-versus-ours tables."""
+    run_dir = latest_full(results_dir)
+    run = json.loads((run_dir / "run.json").read_text())
     precision = json.loads((run_dir / "precision.json").read_text())
-    rows = _read_csv(run_dir / "rule_times.csv")
-    jobs_s = sum(float(row["seconds"]) for row in rows)
-    top = ", ".join(f"{row['rule']} {float(row['seconds']):.0f} s" for row in rows[:longest])
-    table = f"docs/results/{OTHER_MACHINES}/{run_dir.name}/rule_times.csv"
-    return (
-        f"- **{run['wall_s'] / 60:.1f} min** on {run['machine']}, with `{run['command']}` "
-        f"started {run['start']}; {jobs_s:.0f} s of jobs (longest rules: {top}); decoding "
-        f"dtype **{precision['dtype']}** ({precision['reason']}). "
-        f"[`rule_times.csv`]({table})"
-    )
-
-
-def render(snapshot_dir: Path = SNAPSHOT_DIR) -> str:
-    """The README's results block from a snapshot directory."""
-    snapshot_dir = Path(snapshot_dir)
-    run = json.loads((snapshot_dir / "run.json").read_text())
-    precision = json.loads((snapshot_dir / "precision.json").read_text())
-    profile = json.loads((snapshot_dir / "profile.json").read_text())
+    rel = f"docs/results/{run_dir.name}/"
     parts = [
-        f"Measured on {run['machine']}, with `{run['command']}` started {run['start']}; "
-        f"decoding dtype **{precision['dtype']}** ({precision['reason']}). Generated from "
-        "`docs/results/` by `python -m edgespec.readme_results write`; the tables under "
-        "`results/report/` of that run hold every figure.",
-        "",
-        f"**Wall time**: {run['wall_s'] / 60:.1f} min from nothing to both reports."
-        + (
-            f" A second `{run['command']}` right after found nothing to do in "
-            f"{run['second_run_s']:.1f} s."
-            if "second_run_s" in run
-            else ""
-        ),
-        "",
-        *_rule_time_lines(snapshot_dir, run["wall_s"]),
+        f"From the latest full run, [`{rel}`]({rel}): `{run['command']}` started "
+        f"{_start_word(run)} on {run.get('cpu', run['machine'])} ({run['recorded'][:10]}, commit "
+        f"{run.get('commit', '?')}, dtype {precision['dtype']}), "
+        f"{run['wall_s'] / 60:.1f} min. Medians with 90% intervals over fading seeds (delays) "
+        "or 95% bootstrap intervals over prompts (accuracy); every run, with its per-rule "
+        f"times: [`docs/results/`](docs/results/{INDEX}).",
     ]
-    verify = ", ".join(
-        f"{float(v) * 1e3:.0f} ms (gamma = {g})"
-        for g, v in sorted(profile["target_verify_s"].items(), key=lambda kv: int(kv[0]))
-    )
-    parts += [
-        "",
-        f"**Latency profile** ({profile.get('source', 'measured')}, batch 1): draft "
-        f"{profile['draft_token_s'] * 1e3:.0f} ms/token, target "
-        f"{profile['target_token_s'] * 1e3:.0f} ms/token, target verification of gamma + 1 "
-        f"tokens {verify}.",
-    ]
-    others = sorted(
-        (
-            (path.parent, json.loads(path.read_text()))
-            for path in (snapshot_dir / OTHER_MACHINES).glob("*/run.json")
-        ),
-        key=lambda other: (other[1].get("recorded", ""), other[0].name),
-    )
-    if others:
-        parts += [
-            "",
-            "**Other runs of the same workflow** (timing only; each run's per-rule times are in "
-            "its `rule_times.csv`):",
-            "",
-            *(_other_run_line(run_dir, run) for run_dir, run in others),
-        ]
-    bench = snapshot_dir / "bench_engine.md"
-    if bench.is_file():
-        parts += ["", "**Engine benchmark**:", "", bench.read_text().strip()]
-    quantization = snapshot_dir / "quantization.json"
+    for wing, title, summary in WINGS:
+        path = run_dir / f"{wing}_headline.csv"
+        if not path.is_file():
+            continue
+        link = f" ([all figures](docs/results/{run_dir.name}/{summary}))" if summary else ""
+        parts += ["", f"**{title}**{link}:", "", headline_table(_read_csv(path))]
+    quantization = run_dir / "quantization.json"
     if quantization.is_file():
         q = json.loads(quantization.read_text())
         role = q.get("model", "target")
         parts += [
             "",
-            f"**Quantised {role}** ({q['quantize']}): top-1 agreement "
+            f"Quantised {role} ({q['quantize']}): top-1 agreement "
             f"{100 * q['top1_agreement']:.1f}% and mean total variation {q['mean_tv']:.3f} "
             f"against the unquantised {role} over {q['positions']} positions.",
         ]
-    reports = [
-        f"[`{name}`](docs/results/{name})"
-        for name in ("cuhlm_summary.md", "wisv_summary.md", "multidevice_summary.md")
-        if (snapshot_dir / name).is_file()
-    ]
-    parts += [
-        "",
-        "The run's full report tables, with every interval and the calibration: "
-        f"{', '.join(reports)}.",
-    ]
-    for wing, title in (
-        ("cuhlm", "CU-HLM family** (the paper's number beside ours)"),
-        ("wisv", "WISV** (the paper's number beside ours)"),
-        ("multidevice", "Many devices, one edge** (no paper number: neither paper has it)"),
-    ):
-        path = snapshot_dir / f"{wing}_headline.csv"
-        if wing == "multidevice" and not path.is_file():
-            continue
-        parts += ["", f"**{title}:", "", headline_table(_read_csv(path))]
     return "\n".join(parts).strip() + "\n"
 
 
+def render_index(results_dir: Path = RESULTS_DIR) -> str:
+    """``docs/results/README.md``: one row per snapshot, newest first, and each run's notes."""
+    found = list(reversed(runs(results_dir)))
+    lines = [
+        "# Measured runs",
+        "",
+        "One folder per run of the workflow, `<machine>-<commit>/`: `run.json` (command, start, "
+        "machine, wall time), `precision.json` (the dtype chosen and why), `rule_times.csv` "
+        "(per-rule seconds and peak memory); a full snapshot also holds the run's report "
+        "tables. Generated by `python -m edgespec.readme_results write`; the README's headline "
+        "comes from the newest full snapshot. The engine benchmark's outputs, one section per "
+        f"run, are in [`{BENCH_LOG}`]({BENCH_LOG}).",
+        "",
+        "| recorded | CPU | dtype | commit | start | wall time | jobs' seconds | snapshot |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run_dir, run in found:
+        precision = json.loads((run_dir / "precision.json").read_text())
+        kind = "full" if is_full(run_dir) else "timings"
+        lines.append(
+            f"| {run.get('recorded', '?')[:10]} | {run.get('cpu', run['machine'])} | "
+            f"{precision['dtype']} | {run.get('commit', '?')} | {_start_word(run)} | "
+            f"{run['wall_s'] / 60:.1f} min | {_jobs_seconds(run_dir):.0f} | "
+            f"[{run_dir.name}]({run_dir.name}/) ({kind}) |"
+        )
+    lines += ["", "## Notes per run", ""]
+    for run_dir, run in found:
+        second = (
+            f" A second run right after: {run['second_run_s']:.1f} s."
+            if "second_run_s" in run
+            else ""
+        )
+        lines.append(
+            f"- **{run_dir.name}**: {run['machine']}; `{run['command']}` started "
+            f"{run['start']}.{second}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def block(text: str, start: str = START, end: str = END) -> str:
+    """What stands between the ``start`` and ``end`` markers of a generated block."""
+    if start not in text or end not in text:
+        raise ValueError(f"no generated block {start} ... {end}")
+    begin = text.index(start) + len(start)
+    return text[begin : text.index(end)].strip() + "\n"
+
+
+def replace_block(text: str, body: str, start: str = START, end: str = END) -> str:
+    """``text`` with the block between ``start`` and ``end`` replaced by ``body``."""
+    block(text, start, end)  # both markers present
+    begin = text.index(start) + len(start)
+    return text[:begin] + "\n" + body.strip() + "\n" + text[text.index(end) :]
+
+
 def readme_block(readme_text: str) -> str:
-    start = readme_text.index(START) + len(START)
-    return readme_text[start : readme_text.index(END)].strip() + "\n"
+    return block(readme_text)
 
 
-def write_readme(readme: Path = README, snapshot_dir: Path = SNAPSHOT_DIR) -> None:
-    text = readme.read_text()
-    start = text.index(START) + len(START)
-    end = text.index(END)
-    readme.write_text(text[:start] + "\n" + render(snapshot_dir) + text[end:])
+def config_tables() -> tuple[str, str]:
+    """The README's short table of the keys people change and the full reference."""
+    from edgespec.config import schema_reference_markdown
+
+    return schema_reference_markdown(keys=README_KEYS), schema_reference_markdown()
+
+
+def write_readme(readme: Path = README, results_dir: Path = RESULTS_DIR) -> None:
+    readme.write_text(replace_block(readme.read_text(), render(results_dir)))
+
+
+def write_index(results_dir: Path = RESULTS_DIR) -> None:
+    (Path(results_dir) / INDEX).write_text(render_index(results_dir))
 
 
 def main(argv=None) -> None:
@@ -311,33 +380,44 @@ def main(argv=None) -> None:
     sub = ap.add_subparsers(dest="action", required=True)
     snap = sub.add_parser("snapshot", help="copy a finished run's report files to docs/results")
     snap.add_argument("--workdir", type=Path, default=Path("."))
-    snap.add_argument("--dest", type=Path, default=SNAPSHOT_DIR)
+    snap.add_argument("--dest", type=Path, help="default: docs/results/<machine>-<commit>/")
+    snap.add_argument("--commit", help="the commit the run ran (default: the workdir's HEAD)")
     snap.add_argument("--wall-s", type=float, required=True, help="wall time of the run, s")
     snap.add_argument("--command", required=True, help="the command that ran the workflow")
     snap.add_argument("--start", required=True, help="how the run started (cold, warm, ...)")
     snap.add_argument("--machine", required=True, help="the machine, in words")
+    snap.add_argument("--cpu", required=True, help="the CPU in a few words, for the index")
     snap.add_argument("--bench", type=Path, help="engine benchmark output (Markdown)")
     snap.add_argument("--second-run-s", type=float, help="wall time of a second, no-op run, s")
     snap.add_argument(
-        "--timing-only",
-        action="store_true",
-        help=f"keep only the dtype and per-rule times (a run on another machine, under "
-        f"docs/results/{OTHER_MACHINES}/<name>)",
+        "--timing-only", action="store_true", help="keep only the dtype and per-rule times"
     )
-    sub.add_parser("write", help="write the README block from docs/results")
+    sub.add_parser(
+        "write",
+        help="write the README's generated blocks, docs/results/README.md and the "
+        "configuration reference in config/README.md",
+    )
     args = ap.parse_args(argv)
     if args.action == "snapshot":
+        commit = args.commit or _git_commit(args.workdir)
         run = {
             "wall_s": args.wall_s,
             "command": args.command,
             "start": args.start,
             "machine": args.machine,
+            "cpu": args.cpu,
+            "commit": commit,
         }
         if args.second_run_s is not None:
             run["second_run_s"] = args.second_run_s
-        snapshot(args.workdir, args.dest, run, args.bench, args.timing_only)
+        dest = args.dest or default_dest(args.workdir, commit)
+        snapshot(args.workdir, dest, run, args.bench, args.timing_only)
     else:
         write_readme()
+        write_index()
+        keys, reference = config_tables()
+        README.write_text(replace_block(README.read_text(), keys, *KEYS_BLOCK))
+        CONFIG_README.write_text(replace_block(CONFIG_README.read_text(), reference, *CONFIG_BLOCK))
 
 
 if __name__ == "__main__":

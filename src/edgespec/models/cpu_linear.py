@@ -69,9 +69,9 @@ still calls ``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)``, each now a
 :class:`ProjectionSlice` of one :class:`FusedProjections` layer. Stacked and separate products
 gave the same bits at 1 to 2400 rows in bf16 and float32 there (each output column is the same
 dot product). Whole steps over a 64-token cache, bf16, a stacked and a separate copy of each
-model interleaved in one process (``docs/speed.md`` §3): one-token steps at one row took 3-4%
-less (median ratios 0.965 for the draft over four runs, 0.958 for the target over three); other
-shapes, 1 x 3 to 16 x 5, from 8% less to 4% more, within the VM's noise.
+model interleaved in one process (``docs/speed.md``, "Stacked projections"): one-token steps at
+one row took 3-4% less (median ratios 0.965 for the draft over four runs, 0.958 for the target
+over three); other shapes, 1 x 3 to 16 x 5, from 8% less to 4% more, within the VM's noise.
 """
 
 from __future__ import annotations
