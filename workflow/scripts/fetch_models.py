@@ -1,4 +1,4 @@
-"""Rule fetch_models (edgespec.models.fetch): materialise the configured draft/target pair in the
+"""Rule fetch_models (edgespec.models.pair): materialise the configured draft/target pair in the
 model cache and record it in this working directory."""
 
 from edgespec.artifacts import setup_logging
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from edgespec.artifacts import write_json
 from edgespec.data.records import read_jsonl
-from edgespec.models.fetch import fetch_pair
+from edgespec.models.pair import fetch_pair
 
 pair, locations = snakemake.params.pair, snakemake.params.locations
 corpus = None

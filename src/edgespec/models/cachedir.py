@@ -3,7 +3,7 @@
 A cache folder is built beside its final path (``<name>.tmp-XXXX``) and renamed into place, so
 a folder at the final path is complete. Builders of one folder take turns under an advisory
 lock file ``.<name>.lock`` beside it; the one holding the lock first removes the half-built
-folders that killed runs left. Used by ``fetch`` (the stored pair) and ``cast`` (its copies in
+folders that killed runs left. Used by ``pair`` (the stored pair) and ``cast`` (its copies in
 another dtype) and ``layout`` (its transposed float32 linear weights).
 """
 

@@ -1,6 +1,6 @@
 """Copies of a cached pair in the dtype a run decodes in, made once and then loaded directly.
 
-The pair is stored once, in the precision it was converted to (``fetch``: float32 for the
+The pair is stored once, in the precision it was converted to (``pair``: float32 for the
 default GGUF pair), so that a change of ``models.dtype`` never fetches again. Casting it on
 every load costs each model job a pass over the float32 weights (8.2 GB for the default pair,
 about 3 s) and a peak resident size of about 12 GB. Rule select_dtype, which picks the dtype,

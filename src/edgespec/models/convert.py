@@ -1,6 +1,6 @@
 """Converting one model of a pair to a safetensors folder, and the pair's two side by side.
 
-Rule ``fetch_models`` (``edgespec.models.fetch``) turns each model's source (a GGUF, a hub id
+Rule ``fetch_models`` (``edgespec.models.pair``) turns each model's source (a GGUF, a hub id
 or a local checkpoint) into a ``save_pretrained`` folder. For a GGUF most of that time is
 single-threaded Python and numpy: parsing the GGUF's metadata (its 151k-entry vocabulary),
 building the tokenizer and dequantising the weights (with :func:`faster_gguf_reading`, two

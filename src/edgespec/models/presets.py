@@ -5,7 +5,7 @@ A :class:`PairPreset` names a draft (device) and a target (edge) model, each a
 sha256), a :class:`WheelGGUF` (one GGUF inside a wheel), a hub id or a local path. The embedded
 default pair, ``qwen25coder``, is Qwen2.5-Coder-0.5B-Instruct (draft) and
 Qwen2.5-Coder-1.5B-Instruct (target), the official Q4_K_M GGUF files; it works offline.
-``edgespec.models.fetch`` materialises a preset, ``edgespec.models.load`` loads it.
+``edgespec.models.pair`` materialises a preset, ``edgespec.models.load`` loads it.
 """
 
 from __future__ import annotations
