@@ -55,7 +55,8 @@ import torch
 
 from edgespec.data.chat import chat_token_ids
 from edgespec.data.prepare import load_records
-from edgespec.decoding.engine import DecodingConfig, generate_rounds
+from edgespec.decoding.config import DecodingConfig
+from edgespec.decoding.rounds import generate_rounds
 from edgespec.intervals import Interval, bootstrap_interval
 from edgespec.models.cpu_linear import packing_supported, reorder_all_weights
 from edgespec.models.load import (

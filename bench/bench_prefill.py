@@ -1,7 +1,7 @@
-"""Prefilling a batch of chat prompts: one left-padded forward against ``engine.prefill``.
+"""Prefilling a batch of chat prompts: one left-padded forward against ``prefill.prefill``.
 
 One left-padded forward computes every padding slot as if it were a token, and every copy of
-the system turn the prompts share; ``edgespec.decoding.engine.prefill`` (reached here through
+the system turn the prompts share; ``edgespec.decoding.prefill.prefill`` (reached here through
 ``edgespec.decoding.branching.prefill_rows``, as label mining uses it) computes the shared
 prefix once and the rest in chunks of similar length. Both ways leave the same keys and values
 per prompt up to float rounding, and the script prints the largest difference. The prompts are

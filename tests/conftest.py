@@ -5,21 +5,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgespec.decoding.engine import RaggedCachedModel
+from edgespec.decoding.cache import RaggedCachedModel
 from edgespec.models.tiny import build_tiny_model
 
 
 @pytest.fixture
 def fed_tokens(monkeypatch):
-    """The valid tokens of every forward a ``RaggedCachedModel`` runs from now on, in order."""
+    """The valid tokens of every forward through the ragged cache's one feed
+    (``RaggedCachedModel.forward``: engine caches and branch batches) from now on, in order."""
     fed = []
-    real_feed = RaggedCachedModel.feed
+    real_forward = RaggedCachedModel.forward
 
-    def counting_feed(self, tokens, valid, logits_to_keep):
+    def counting_forward(self, tokens, valid, logits_to_keep, output_hidden_states):
         fed.append(int(valid.sum()))
-        return real_feed(self, tokens, valid, logits_to_keep)
+        return real_forward(self, tokens, valid, logits_to_keep, output_hidden_states)
 
-    monkeypatch.setattr(RaggedCachedModel, "feed", counting_feed)
+    monkeypatch.setattr(RaggedCachedModel, "forward", counting_forward)
     return fed
 
 

@@ -26,7 +26,7 @@ from edgespec.cuhlm.evaluate import (
 from edgespec.cuhlm.policies import FixedK, FullUpload, ThresholdPolicy, build_policy
 from edgespec.cuhlm.scores import text_scores
 from edgespec.data.records import PromptRecord
-from edgespec.decoding.engine import DecodingConfig
+from edgespec.decoding.config import DecodingConfig
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
 

@@ -18,8 +18,9 @@ from edgespec.decoding.compression import (
     total_variation,
     vocabulary_ranks,
 )
-from edgespec.decoding.engine import DecodingConfig, generate_tokenwise
+from edgespec.decoding.config import DecodingConfig
 from edgespec.decoding.sampling import probabilities, residual_distribution, verify_single_token
+from edgespec.decoding.tokenwise import generate_tokenwise
 
 VOCAB = 61
 

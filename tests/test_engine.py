@@ -6,16 +6,11 @@ import pytest
 import torch
 from distribution_checks import tv_noise_floor
 
-from edgespec.decoding.engine import (
-    DecodingConfig,
-    RaggedCachedModel,
-    TokenPolicy,
-    _shared_prefix_groups,
-    generate_rounds,
-    generate_tokenwise,
-    left_pad,
-    prefill,
-)
+from edgespec.decoding.cache import RaggedCachedModel, left_pad
+from edgespec.decoding.config import DecodingConfig
+from edgespec.decoding.prefill import _shared_prefix_groups, prefill
+from edgespec.decoding.rounds import generate_rounds
+from edgespec.decoding.tokenwise import TokenPolicy, generate_tokenwise
 
 MAX_NEW = 16
 

@@ -281,7 +281,8 @@ def _transposed_copy(model):
 @pytest.mark.parametrize("gamma", [1, 4])
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_greedy_speculative_decoding_on_transposed_weights_equals_target_greedy(gamma, batch_size):
-    from edgespec.decoding.engine import DecodingConfig, generate_rounds
+    from edgespec.decoding.config import DecodingConfig
+    from edgespec.decoding.rounds import generate_rounds
     from edgespec.models.tiny import build_tiny_model
 
     target = _transposed_copy(build_tiny_model(vocab_size=61, seed=0))

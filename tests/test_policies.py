@@ -20,7 +20,8 @@ from edgespec.cuhlm.policies import (
     build_policy,
 )
 from edgespec.decoding.compression import reconstruct_topk
-from edgespec.decoding.engine import DecodingConfig, UploadFull, generate_tokenwise
+from edgespec.decoding.config import DecodingConfig
+from edgespec.decoding.tokenwise import UploadFull, generate_tokenwise
 
 VOCAB = 61
 FIT = LinearFit(a=0.8, b=-0.06, r2=0.5, pearson_r=0.7, n=100)

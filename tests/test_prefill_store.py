@@ -6,13 +6,11 @@ import pytest
 import torch
 from conftest import build_tiny_model
 
-from edgespec.decoding.engine import (
-    DecodingConfig,
-    generate_rounds,
-    generate_tokenwise,
-    prefill,
-)
+from edgespec.decoding.config import DecodingConfig
+from edgespec.decoding.prefill import prefill
 from edgespec.decoding.prefill_store import PrefillStore, PrefillStoreError
+from edgespec.decoding.rounds import generate_rounds
+from edgespec.decoding.tokenwise import generate_tokenwise
 
 SYSTEM_TURN = [9, 33, 4, 50, 12, 27, 8, 45, 19, 2]
 PROMPTS = [

@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from edgespec.decoding.engine import DecodingConfig, generate_tokenwise, strict_acceptance
+from edgespec.decoding.config import DecodingConfig
+from edgespec.decoding.rounds import strict_acceptance
+from edgespec.decoding.tokenwise import generate_tokenwise
 from edgespec.wireless.channel import ChannelCondition, csi_features, uplink_rate_bps
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.acceptance import head_acceptance, topk_acceptance

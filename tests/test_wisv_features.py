@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgespec.decoding.engine import DecodingConfig, generate_rounds, strict_acceptance
+from edgespec.decoding.config import DecodingConfig
+from edgespec.decoding.rounds import generate_rounds, strict_acceptance
 from edgespec.wisv.labels import mine_labels
 
 MAX_NEW = 14

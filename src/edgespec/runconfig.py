@@ -17,7 +17,7 @@ def decoding_config(
 ):
     """The engine's ``DecodingConfig`` from config key ``decoding`` and the pair's special
     tokens."""
-    from edgespec.decoding.engine import DecodingConfig
+    from edgespec.decoding.config import DecodingConfig
     from edgespec.models.load import stop_token_ids
 
     return DecodingConfig(

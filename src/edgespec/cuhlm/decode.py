@@ -31,15 +31,11 @@ import torch
 from edgespec.cuhlm.distortion import committed_law
 from edgespec.cuhlm.policies import VARIANTS
 from edgespec.decoding.compression import reconstruct_topk, total_variation
-from edgespec.decoding.engine import (
-    DecodingConfig,
-    Prefills,
-    TokenPolicy,
-    TokenStep,
-    generate_tokenwise,
-)
+from edgespec.decoding.config import DecodingConfig
+from edgespec.decoding.prefill import Prefills
 from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import residual_distribution
+from edgespec.decoding.tokenwise import TokenPolicy, TokenStep, generate_tokenwise
 
 TOKEN_COLUMNS = (
     "prompt_id",

@@ -30,7 +30,7 @@ import torch
 from edgespec.cuhlm.calibration import LinearFit
 from edgespec.cuhlm.kselect import online_k
 from edgespec.decoding.compression import reconstruct_topk
-from edgespec.decoding.engine import TokenPolicy, UploadFull
+from edgespec.decoding.tokenwise import TokenPolicy, UploadFull
 from edgespec.variants import CUHLM_VARIANTS, SINGLE_MODEL_VARIANTS
 
 VARIANTS = CUHLM_VARIANTS

@@ -27,9 +27,10 @@ from edgespec.decoding.compression import (
     sort_by_draft,
     topk_mass_and_error,
 )
-from edgespec.decoding.engine import DecodingConfig, TokenStep, UploadFull, generate_tokenwise
+from edgespec.decoding.config import DecodingConfig
 from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import probabilities, rejection_probability
+from edgespec.decoding.tokenwise import TokenStep, UploadFull, generate_tokenwise
 from edgespec.decoding.uncertainty import entropy
 from edgespec.models.precision import stepped_logits
 

@@ -2,10 +2,14 @@
 
 - ``sampling``: verification as pure functions of probability tensors and a generator
   (accepted, recovered and bonus tokens; greedy, rejection-sampled and rule-based).
-- ``engine``: batched, KV-cached decoding of a draft/target pair in per-token rounds (under a
-  ``TokenPolicy``) or gamma-token rounds (under an ``AcceptanceRule``).
+- The engine: batched, KV-cached decoding of a draft/target pair (a ``config.DecodingConfig``),
+  in per-token rounds under a ``TokenPolicy`` (``tokenwise``) or gamma-token rounds under an
+  ``AcceptanceRule`` (``rounds``). Both run on ``cache`` (the ragged KV cache and its one feed),
+  start from ``prefill`` (prompt prefill, shared prefixes computed once) and batch continuously
+  under ``schedule``.
 - ``prefill_store``: prompt prefills computed once and read by every decoding job of the
   same prompts.
+- ``branching``: per-row caches cut to a prefix and re-batched, for label mining's branches.
 - ``compression``: top-k reconstruction x_hat of a distribution and its errors.
 - ``uncertainty``: the draft's uncertainty by temperature perturbation.
 

@@ -6,10 +6,11 @@ one forward over the whole prompt and response per branch, far more than the bra
 a CPU. Here the keys and values computed once are kept per row (:class:`RowCache`, the valid
 slots of one sequence, no padding), cut to any prefix length without copying
 (:meth:`RowCache.prefix`), and stacked left-padded into a batch (:class:`BranchBatch`) that
-feeds new tokens on top, like ``engine.RaggedCachedModel``: a validity mask hides the padding
+feeds new tokens on top through the ragged cache's feed
+(:meth:`edgespec.decoding.cache.RaggedCachedModel.forward`): a validity mask hides the padding
 and position ids count valid slots only, so each row computes what an unpadded sequence would.
 :func:`greedy_continue` decodes greedily on such a batch until EOS, a budget or a caller's stop
-rule. :func:`prefill_rows` computes first caches with ``engine.prefill``: a prefix that several
+rule. :func:`prefill_rows` computes first caches with ``prefill.prefill``: a prefix that several
 prompts share (a chat template's system turn) once, and the rest in chunks of similar length,
 where one left-padded batch would compute every padding slot as if it were a token. Nothing
 here is paper-specific.
@@ -23,7 +24,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from edgespec.decoding.engine import prefill
+from edgespec.decoding.cache import RaggedCachedModel, left_pad
+from edgespec.decoding.prefill import prefill
 from edgespec.decoding.sampling import greedy_tokens
 
 
@@ -45,10 +47,6 @@ class RowCache:
         return RowCache([k[:, :length] for k in self.keys], [v[:, :length] for v in self.values])
 
 
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
 def _valid_slots(cache: DynamicCache, valid: torch.Tensor, row: int) -> RowCache:
     """A copy of row ``row``'s valid slots (``valid`` [B, S]) of a batched cache."""
     mask = valid[row]
@@ -62,21 +60,24 @@ class BranchBatch:
 
     ``rows[b]`` is row b's prefix cache (None: empty prefix). Every :meth:`feed` appends new
     tokens per row (ragged lengths, left-padded with invalid slots) and returns the greedy
-    choice and the last-layer hidden state at the last ``keep`` fed positions.
+    choice and the last-layer hidden state at the last ``keep`` fed positions. The rows live in
+    a :class:`~edgespec.decoding.cache.RaggedCachedModel` (``ragged``), whose feed runs every
+    forward.
     """
 
     def __init__(self, model: torch.nn.Module, rows: Sequence[RowCache | None]):
         if not rows:
             raise ValueError("a branch batch needs at least one row")
-        self.model = model
-        self.device = _device(model)
+        self.ragged = RaggedCachedModel(model)
+        device = self.ragged.device
         lengths = [0 if r is None else len(r) for r in rows]
         width = max(lengths)
-        self.valid = torch.zeros((len(rows), width), dtype=torch.bool, device=self.device)
+        valid = torch.zeros((len(rows), width), dtype=torch.bool, device=device)
         for b, n in enumerate(lengths):
-            self.valid[b, width - n :] = True
-        self.next_position = torch.as_tensor(lengths, dtype=torch.long, device=self.device)
-        self.cache = DynamicCache()
+            valid[b, width - n :] = True
+        self.ragged.slot_valid = valid
+        self.ragged.next_position = torch.as_tensor(lengths, dtype=torch.long, device=device)
+        self.ragged.cache = DynamicCache()
         if width > 0:
             filled = next(r for r in rows if r is not None and len(r) > 0)
             layers = []
@@ -89,11 +90,10 @@ class BranchBatch:
                         k[b, :, width - n :] = row.keys[layer].to(k.device)
                         v[b, :, width - n :] = row.values[layer].to(v.device)
                 layers.append((k, v))
-            self.cache = DynamicCache(ddp_cache_data=layers)
-        self.forward_calls = 0
+            self.ragged.cache = DynamicCache(ddp_cache_data=layers)
 
     def __len__(self) -> int:
-        return int(self.valid.shape[0])
+        return self.ragged.num_rows
 
     @torch.inference_mode()
     def feed(
@@ -116,44 +116,24 @@ class BranchBatch:
         width = max(len(t) for t in tokens)
         if min(len(t) for t in tokens) < 1 or not 1 <= keep <= width:
             raise ValueError(f"every row needs a new token, and keep={keep} must lie in 1..{width}")
-        ids = torch.full((len(self), width), pad_token_id, dtype=torch.long)
-        new_valid = torch.zeros((len(self), width), dtype=torch.bool)
-        for b, seq in enumerate(tokens):
-            ids[b, width - len(seq) :] = torch.as_tensor(list(seq), dtype=torch.long)
-            new_valid[b, width - len(seq) :] = True
-        ids, new_valid = ids.to(self.device), new_valid.to(self.device)
-        self.valid = torch.cat([self.valid, new_valid], dim=1)
-        positions = (self.next_position.unsqueeze(1) + new_valid.long().cumsum(1) - 1).clamp_min(0)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=self.valid.long(),
-            position_ids=positions,
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=keep,
-            output_hidden_states=with_hidden,
-        )
-        self.forward_calls += 1
-        self.next_position = self.next_position + new_valid.long().sum(1)
+        ids, new_valid = left_pad(tokens, pad_token_id, "cpu")
+        out = self.ragged.forward(ids, new_valid, keep, with_hidden)
         choice = greedy_tokens(out.logits).cpu()
         hidden = out.hidden_states[-1][:, -keep:].cpu() if with_hidden else None
         return choice, hidden
 
     def row_cache(self, row: int) -> RowCache:
         """Row ``row``'s valid slots: the cache of everything it has consumed (a copy)."""
-        return _valid_slots(self.cache, self.valid, row)
+        return _valid_slots(self.ragged.cache, self.ragged.slot_valid, row)
 
     def select_rows(self, rows: Sequence[int]) -> None:
-        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.device)
-        self.cache.batch_select_indices(index)
-        self.valid = self.valid[index]
-        self.next_position = self.next_position[index]
+        self.ragged.select_rows(torch.as_tensor(list(rows), dtype=torch.long))
 
 
 def prefill_rows(
     model: torch.nn.Module, prompts: Sequence[Sequence[int]], pad_token_id: int = 0
 ) -> list[RowCache | None]:
-    """Each prompt's cache (None for an empty prompt), from ``engine.prefill``: shared prefixes
+    """Each prompt's cache (None for an empty prompt), from ``prefill.prefill``: shared prefixes
     computed once, the rest in chunks of similar length, no forward over padding only."""
     if not prompts:
         return []

@@ -4,10 +4,10 @@ Every decoding variant of a shard starts by prefilling the same prompts in both 
 a CPU that is compute-bound work (about 8 s of a 40 s job for the default's 16 prompts). A
 :class:`PrefillStore` holds, per model role ("draft", "target") and per prompt, the keys and
 values of every prompt token, the logits and the last-layer hidden state at the last token:
-what :func:`edgespec.decoding.engine.prefill` returns for the prompt. The engine builds its
+what :func:`edgespec.decoding.prefill.prefill` returns for the prompt. The engine builds its
 caches from the store instead of running the forwards (``prefilled=`` of
-:func:`~edgespec.decoding.engine.generate_tokenwise` and
-:func:`~edgespec.decoding.engine.generate_rounds`).
+:func:`~edgespec.decoding.tokenwise.generate_tokenwise` and
+:func:`~edgespec.decoding.rounds.generate_rounds`).
 
 A prompt's keys and values are those of its valid slots in the prefill, in order: the keys
 already carry their rotary positions, so gathered into a fresh left-padded cache they give the
@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from edgespec.decoding.engine import RaggedCachedModel, _cache_layers, prefill
+from edgespec.decoding.cache import RaggedCachedModel, cache_layers
+from edgespec.decoding.prefill import prefill
 
 FORMAT = "edgespec-prefill-1"
 
@@ -55,7 +56,7 @@ def _model_dtype(model: torch.nn.Module) -> torch.dtype:
 
 def _row_blocks(ragged: RaggedCachedModel) -> list[torch.Tensor]:
     """Each row's valid slots as one [L, layers, 2, heads, dim] block, on the CPU."""
-    layers = _cache_layers(ragged.cache)
+    layers = cache_layers(ragged.cache)
     shapes = {(layer.keys.shape[1], layer.keys.shape[3]) for layer in layers}
     if len(shapes) != 1:
         raise NotImplementedError("a prefill store needs equal key shapes in every layer")
@@ -218,7 +219,7 @@ class PrefillStore:
         """What ``prefill(model, prompts, ...)`` returns, read from the store: the cache of
         each prompt and, ``with_outputs``, the logits [B, 1, V] (and hidden states [B, 1, H]
         with ``keep_hidden``) at its last token. Without outputs, the cache of each prompt but
-        its last token (what :func:`edgespec.decoding.engine.generate_rounds` prefills)."""
+        its last token (what :func:`edgespec.decoding.rounds.generate_rounds` prefills)."""
         self.check_model(role, model)
         entries = []
         for i, prompt in enumerate(prompts):
@@ -269,6 +270,6 @@ class PrefillStore:
 def _to_device(cache: DynamicCache, device: torch.device) -> DynamicCache:
     if device.type == "cpu":
         return cache
-    for layer in _cache_layers(cache):
+    for layer in cache_layers(cache):
         layer.keys, layer.values = layer.keys.to(device), layer.values.to(device)
     return cache

@@ -58,6 +58,14 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return tokens.clamp_max(flat.shape[-1] - 1).reshape(probs.shape[:-1])
 
 
+def draw_tokens(
+    probs: torch.Tensor | None, logits: torch.Tensor, temperature: float, generator
+) -> torch.Tensor:
+    """The next token per row: the argmax of ``logits`` [..., V] at ``temperature`` 0 (``probs``
+    unused, may be None, no random number drawn), else one draw from ``probs`` [..., V]."""
+    return greedy_tokens(logits) if temperature == 0 else sample(probs, generator)
+
+
 def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
     """r = (y - x)^+ / ||(y - x)^+||_1 along the last axis.
 

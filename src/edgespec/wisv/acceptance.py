@@ -5,7 +5,7 @@ Decoding is greedy (temperature 0), as in AutoJudge, so accepting a draft token 
 rule accepts the mismatch. The round commits the longest accepted prefix, then the target's
 argmax at the first rejected position (repair) or, when all gamma drafts are accepted, the
 target's argmax after them (bonus); see ``edgespec.decoding.sampling.accept_by_rule``. Each
-rule here is an ``edgespec.decoding.engine.AcceptanceRule``: top-k acceptance, and the learned
+rule here is an ``edgespec.decoding.rounds.AcceptanceRule``: top-k acceptance, and the learned
 decision head with or without the channel state.
 """
 
@@ -17,10 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from edgespec.decoding.engine import (
-    AcceptanceRule,
-    DraftRound,
-)
+from edgespec.decoding.rounds import AcceptanceRule, DraftRound
 from edgespec.decoding.sampling import VerificationResult, accept_by_rule, greedy_tokens
 from edgespec.wisv.head import DecisionHead, head_accept_probability
 

@@ -32,17 +32,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from edgespec.decoding.engine import (
+from edgespec.decoding.config import DecodingConfig
+from edgespec.decoding.prefill import Prefills, prefill
+from edgespec.decoding.progress import DecodeProgress
+from edgespec.decoding.rounds import (
     AcceptanceRule,
-    DecodingConfig,
     DraftRound,
-    Prefills,
     RoundStats,
     generate_rounds,
-    prefill,
     strict_acceptance,
 )
-from edgespec.decoding.progress import DecodeProgress
 from edgespec.decoding.sampling import VerificationResult, greedy_tokens
 from edgespec.wireless.channel import (
     ChannelCondition,
