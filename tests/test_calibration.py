@@ -5,19 +5,24 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
 from edgespec.cuhlm.calibration import (
     SKIP_NOTHING_THRESHOLD,
+    THRESHOLD_USERS,
     CalibrationError,
     LinearFit,
     binned_rejection,
+    calibration_record,
+    clamp_and_warn,
     clamp_threshold,
     empirical_risk,
     fit_rejection_model,
     predicted_risk,
     rejectable_fraction,
+    reported_thresholds,
     risk_averse_threshold,
     risk_budget_threshold,
     risk_prone_threshold,
@@ -191,3 +196,89 @@ def test_threshold_above_one_is_clamped_and_flagged():
     # The clamped threshold skips exactly the tokens the raw one did (all of them).
     u = np.linspace(0, 1, 21)
     assert empirical_risk(u, u, 1.0).skip_fraction == empirical_risk(u, u, raw).skip_fraction == 1
+
+
+def test_clamp_and_warn_fires_at_one_and_not_below(caplog):
+    """A threshold at or above 1 skips every token: the warning names the variants, which join
+    the SLM-only list; below 1 nothing is said or added."""
+    slm_only: list[str] = []
+    with caplog.at_level("WARNING"):
+        assert clamp_and_warn("risk_prone", 0.999, ["uhlm_risk_prone"], slm_only) == 0.999
+    assert slm_only == [] and not caplog.records
+    with caplog.at_level("WARNING"):
+        assert clamp_and_warn("risk_prone", 1.0, ["uhlm_risk_prone"], slm_only) == 1.0
+        assert clamp_and_warn("rule", 1.7, ["cuhlm_offline", "fixed_topk"], slm_only) == 1.0
+    assert slm_only == ["uhlm_risk_prone", "cuhlm_offline", "fixed_topk"]
+    assert len(caplog.records) == 2
+    assert "uhlm_risk_prone have become SLM-only" in caplog.records[0].getMessage()
+
+
+# u on a 1/4 lattice, beta = 0.4 u + 0.1 exactly: a = 0.4, b = 0.1, so risk-averse u_th = -0.25
+# (skips nothing) and risk-prone u_th = (delta - 0.1) / 0.4.
+U_LINE = np.repeat([0.0, 0.25, 0.5, 0.75, 1.0], 2)
+BETA_LINE = 0.4 * U_LINE + 0.1
+
+
+def _x_y(rejectable: int):
+    """x_d, y_d over the 10 tokens with y_d < x_d on the first ``rejectable``."""
+    x_d = np.full(10, 0.5)
+    return x_d, np.where(np.arange(10) < rejectable, 0.25, 0.75)
+
+
+@pytest.mark.parametrize(
+    ("rejectable", "rule", "u_th", "slm_only"),
+    [
+        # delta 0.3: risk-prone (0.3 - 0.1) / 0.4 = 0.5, below 1
+        (3, "risk_prone", 0.5, []),
+        # delta 0.6: risk-prone 1.25 >= 1, clamped; the rule's users go SLM-only too
+        (6, "risk_prone", 1.0, ["cuhlm_exact", "cuhlm_offline", "cuhlm_online", "fixed_topk"]),
+        (6, "risk_averse", -0.25, []),
+    ],
+)
+def test_calibration_record_by_hand(rejectable, rule, u_th, slm_only):
+    x_d, y_d = _x_y(rejectable)
+    fit, record = calibration_record(U_LINE, BETA_LINE, x_d, y_d, rule)
+    assert (fit.a, fit.b) == (pytest.approx(0.4), pytest.approx(0.1))
+    assert LinearFit.from_record(record) == fit
+    assert record["delta"] == pytest.approx(rejectable / 10)
+    assert record["u_th_risk_averse"] == pytest.approx(-0.25)
+    prone = (rejectable / 10 - 0.1) / 0.4
+    assert record["u_th_unclamped"]["risk_prone"] == pytest.approx(prone)
+    assert record["u_th_risk_prone"] == pytest.approx(min(prone, 1.0))
+    assert record["u_th"] == pytest.approx(u_th) and record["threshold_rule"] == rule
+    prone_users = list(THRESHOLD_USERS["risk_prone"]) if prone >= 1 else []
+    assert record["slm_only_variants"] == sorted(set(slm_only + prone_users))
+    assert record["valid_slope"]
+
+
+def test_calibration_record_risk_budget_and_bad_input():
+    x_d, y_d = _x_y(3)
+    # predicted risk among u <= 0.25 is mean(0.1, 0.2) = 0.15; with u <= 0.5 it is 0.2
+    _, record = calibration_record(U_LINE, BETA_LINE, x_d, y_d, "risk_budget", 0.16)
+    assert record["u_th"] == pytest.approx(0.25)
+    with pytest.raises(CalibrationError, match="cuhlm.threshold_rule must be one of"):
+        calibration_record(U_LINE, BETA_LINE, x_d, y_d, "risk_neutral")
+    with pytest.raises(CalibrationError, match="needs cuhlm.risk_budget"):
+        calibration_record(U_LINE, BETA_LINE, x_d, y_d, "risk_budget")
+
+
+def test_a_falling_fit_skips_nothing(caplog):
+    x_d, y_d = _x_y(3)
+    with caplog.at_level("WARNING"):
+        _, record = calibration_record(U_LINE, 0.6 - 0.4 * U_LINE, x_d, y_d, "risk_budget", 0.1)
+    assert "thresholds undefined" in caplog.text
+    assert not record["valid_slope"] and record["slm_only_variants"] == []
+    for key in ("u_th", "u_th_risk_averse", "u_th_risk_prone"):
+        assert record[key] == SKIP_NOTHING_THRESHOLD
+    table = reported_thresholds(U_LINE, BETA_LINE, record, [0.1])
+    assert table["rule"].tolist() == ["risk_averse", "risk_prone"]
+    assert (table["u_th"] == SKIP_NOTHING_THRESHOLD).all() and (table["skip_fraction"] == 0).all()
+
+
+def test_reported_thresholds_of_a_valid_fit_are_the_threshold_table():
+    x_d, y_d = _x_y(3)
+    fit, record = calibration_record(U_LINE, BETA_LINE, x_d, y_d, "risk_prone")
+    table = reported_thresholds(U_LINE, BETA_LINE, record, [0.16])
+    expected = threshold_table(U_LINE, BETA_LINE, fit, [0.16], delta=0.3)
+    pd.testing.assert_frame_equal(table, expected)
+    assert table.loc[table["rule"] == "risk_budget_eps=0.16", "u_th"].item() == pytest.approx(0.25)

@@ -509,3 +509,28 @@ def test_replay_token_by_token_equals_one_forward_per_prompt(tiny_draft_close):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-9)
     # row t proposed completion token t: the last prompt token's row, then completion[0]'s
     torch.testing.assert_close(stepped[0][:2], direct[2:4], rtol=0, atol=1e-9)
+
+
+def test_trace_result_meta_and_hidden_arrays():
+    from edgespec.cuhlm.traces import TraceResult
+    from edgespec.data.records import PromptRecord
+
+    class Tokenizer:
+        def decode(self, ids, skip_special_tokens):
+            assert skip_special_tokens
+            return " ".join(map(str, ids))
+
+    tokens = pd.DataFrame({"prompt_id": ["p", "p", "q"]})
+    tokens.attrs["k_grid"] = [1, 4, 32]
+    hidden = np.ones((3, 2), dtype=np.float16)
+    result = TraceResult(tokens, hidden, None, [[5, 6], [7]])
+    records = [PromptRecord(i, "x", None, None, "chat", "constructed", "calib") for i in "pq"]
+    meta = result.meta("chat", records, 1.5, Tokenizer(), decoding={"batch_size": 2})
+    assert meta["vocab_size"] == 32 and meta["k_grid"] == [1, 4, 32]
+    assert (meta["prompts"], meta["tokens"], meta["tokens_per_second"]) == (2, 3, 2.0)
+    assert meta["completions"] == {"p": "5 6", "q": "7"}
+    assert meta["decoding"] == {"batch_size": 2} and meta["dataset"] == "chat"
+    assert result.meta("chat", records, 0.0, Tokenizer())["tokens_per_second"] is None
+    arrays = result.hidden_arrays()
+    assert arrays["draft"] is hidden and arrays["target"].shape == (3, 0)
+    assert arrays["target"].dtype == np.float16

@@ -90,6 +90,7 @@ def test_imports_run_one_way(layer, forbidden):
     "module",
     [
         "edgespec.cuhlm.evaluate",
+        "edgespec.cuhlm.report",
         "edgespec.cuhlm.summary",
         "edgespec.hardware",
         "edgespec.wisv.evaluate",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 
@@ -18,6 +19,7 @@ from edgespec.cuhlm.policies import (
     RandomSkipPolicy,
     ThresholdPolicy,
     build_policy,
+    policy_from_artifacts,
 )
 from edgespec.decoding.compression import reconstruct_topk
 from edgespec.decoding.config import DecodingConfig
@@ -270,3 +272,39 @@ def test_policy_reads_give_each_variant_everything_it_needs():
     # the joint variant decodes kstar.json's joint solution, not the fit's threshold
     assert "joint" in CUHLM_POLICY_READS["cuhlm_joint"]
     assert "u_th" not in CUHLM_POLICY_READS["cuhlm_joint"]
+
+
+# The records rule decode_cuhlm reads: fit.json, kstar.json (the values of PARAMS).
+FIT_RECORD = {
+    "a": FIT.a,
+    "b": FIT.b,
+    "r2": FIT.r2,
+    "pearson_r": FIT.pearson_r,
+    "n": FIT.n,
+    "u_th_risk_averse": 0.1,
+    "u_th_risk_prone": 0.35,
+    "u_th": 0.2,
+}
+KSTAR_RECORD = {"k_star": 16, "joint": {"k_star": 9, "u_th": 0.3}}
+SETTINGS = {"theta_tv": 0.25, "fixed_k": 4, "uncertainty_samples": 12, "theta_max": 1.5}
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "random_skip"])
+def test_policy_from_the_artifacts_equals_the_one_from_its_parameters(variant):
+    policy = policy_from_artifacts(variant, SETTINGS, FIT_RECORD, KSTAR_RECORD)
+    assert _policy_fields(policy) == _policy_fields(build_policy(variant, PARAMS))
+    if variant == "cuhlm_online":
+        assert policy.k_rule.fit == FIT
+
+
+def test_random_skip_reads_the_reference_skip_rate():
+    reference = pd.DataFrame({"skipped": [True, False, False, True, False]})
+    policy = policy_from_artifacts("random_skip", SETTINGS, reference=reference)
+    assert isinstance(policy, RandomSkipPolicy) and policy.skip_rate == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="needs the reference variant's decoded tokens"):
+        policy_from_artifacts("random_skip", SETTINGS)
+    # fit.json without a rule threshold: the variants that use it skip nothing
+    offline = policy_from_artifacts(
+        "cuhlm_offline", SETTINGS, {**FIT_RECORD, "u_th": None}, KSTAR_RECORD
+    )
+    assert offline.u_th is None and offline.k_rule == FixedK(16)

@@ -121,3 +121,23 @@ def test_int8_dynamic_quantisation_is_measured_against_the_reference():
         quantize_model(build_tiny_model(vocab_size=61, seed=0).to(torch.bfloat16), "int8_dynamic")
     with pytest.raises(ValueError, match="scheme"):  # a mode names models, not a scheme
         quantize_model(reference, "int8_dynamic_draft")
+
+
+def test_target_mlp_shape_reads_the_cached_config(tmp_path):
+    import json
+
+    from edgespec.models.machine_setup import target_mlp_shape
+    from edgespec.models.presets import ModelPairError
+
+    with pytest.raises(ModelPairError, match="no target config"):
+        target_mlp_shape(tmp_path)
+    (tmp_path / "target").mkdir()
+    config = tmp_path / "target" / "config.json"
+    config.write_text(json.dumps({"hidden_size": 64, "intermediate_size": 176, "vocab_size": 9}))
+    assert target_mlp_shape(tmp_path) == {"hidden_size": 64, "intermediate_size": 176}
+    # a multimodal checkpoint nests the language model's config
+    config.write_text(json.dumps({"text_config": {"hidden_size": 8, "intermediate_size": 24}}))
+    assert target_mlp_shape(tmp_path) == {"hidden_size": 8, "intermediate_size": 24}
+    config.write_text(json.dumps({"hidden_size": 8}))
+    with pytest.raises(ModelPairError, match="has no intermediate_size"):
+        target_mlp_shape(tmp_path)

@@ -21,7 +21,7 @@ from edgespec.runconfig import (
 )
 from edgespec.seeding import torch_generator
 
-params = snakemake.params
+params, dataset = snakemake.params, snakemake.wildcards.dataset
 draft, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
 records = prompt_split([snakemake.input.prompts], "calib")
 cfg = decoding_config(params.decoding, tokenizer, target, keep_hidden=params.traces["store_hidden"])
@@ -35,36 +35,15 @@ result = collect_traces(
     params.traces["k_grid"],
     params.uncertainty["num_samples"],
     params.uncertainty["theta_max"],
-    torch_generator(params.seed, "traces", snakemake.wildcards.dataset),
+    torch_generator(params.seed, "traces", dataset),
     hidden_dtype=np.dtype(params.traces["hidden_dtype"]),
-    progress=decode_progress(
-        f"traces {snakemake.wildcards.dataset}", len(records), cfg.max_new_tokens
-    ),
+    progress=decode_progress(f"traces {dataset}", len(records), cfg.max_new_tokens),
 )
 elapsed = time.perf_counter() - start
-empty = np.zeros((len(result.tokens), 0), dtype=np.float16)
-write_npz(
-    snakemake.output.hidden,
-    draft=result.draft_hidden if result.draft_hidden is not None else empty,
-    target=result.target_hidden if result.target_hidden is not None else empty,
-)
+write_npz(snakemake.output.hidden, **result.hidden_arrays())
 write_parquet(result.tokens, snakemake.output.tokens)
-write_json(
-    {
-        "dataset": snakemake.wildcards.dataset,
-        "prompts": len(records),
-        "tokens": len(result.tokens),
-        "k_grid": result.tokens.attrs["k_grid"],
-        "vocab_size": result.tokens.attrs["k_grid"][-1],
-        "decode_seconds": elapsed,
-        "tokens_per_second": len(result.tokens) / elapsed if elapsed > 0 else None,
-        "decoding": params.decoding,
-        "uncertainty": params.uncertainty,
-        "completions": {
-            r.id: tokenizer.decode(g, skip_special_tokens=True)
-            for r, g in zip(records, result.generated, strict=True)
-        },
-    },
-    snakemake.output.meta,
+meta = result.meta(
+    dataset, records, elapsed, tokenizer, decoding=params.decoding, uncertainty=params.uncertainty
 )
+write_json(meta, snakemake.output.meta)
 logging.info("%d tokens from %d prompts in %.1f s", len(result.tokens), len(records), elapsed)

@@ -19,12 +19,16 @@ risk-budget thresholds are observed u values, so they compare exactly with the l
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
+
+log = logging.getLogger(__name__)
 
 SKIP_NOTHING_THRESHOLD = -1.0
 """A threshold below every possible u (u >= 0): skips no token. Returned by
@@ -48,6 +52,11 @@ class LinearFit:
     r2: float
     pearson_r: float
     n: int
+
+    @classmethod
+    def from_record(cls, record: dict) -> LinearFit:
+        """The fit of a ``fit.json`` record (:func:`calibration_record`)."""
+        return cls(record["a"], record["b"], record["r2"], record["pearson_r"], record["n"])
 
     def predict(self, u) -> np.ndarray:
         """The unclipped linear prediction a * u + b."""
@@ -324,3 +333,116 @@ def threshold_table(
             }
         )
     return pd.DataFrame(rows)
+
+
+THRESHOLD_RULES = ("risk_averse", "risk_prone", "risk_budget")
+"""The values of config key ``cuhlm.threshold_rule``."""
+
+THRESHOLD_USERS = {
+    "risk_averse": ("uhlm_risk_averse",),
+    "risk_prone": ("uhlm_risk_prone",),
+    "threshold_rule": ("fixed_topk", "cuhlm_offline", "cuhlm_online", "cuhlm_exact"),
+}
+"""The variants that skip at each threshold of a ``fit.json`` record: they become SLM-only
+when it is >= 1."""
+
+
+def clamp_and_warn(name: str, value: float, users: Sequence[str], slm_only: list[str]) -> float:
+    """:func:`clamp_threshold`; where ``value`` >= 1 it logs a warning that ``users`` skip
+    every token and adds them to ``slm_only``."""
+    clamped, skips_everything = clamp_threshold(value)
+    if skips_everything:
+        slm_only.extend(users)
+        log.warning(
+            "%s threshold %.4f >= 1 clamped to 1: u(t) <= 1 always, so it skips every token and "
+            "%s have become SLM-only",
+            name,
+            value,
+            ", ".join(users),
+        )
+    return clamped
+
+
+def calibration_record(
+    u, beta, x_d, y_d, rule: str, risk_budget: float | None = None
+) -> tuple[LinearFit, dict]:
+    """The fit beta ~ a u + b on the calibration tokens and the ``fit.json`` record: the fit,
+    delta (:func:`rejectable_fraction`), the risk-averse and risk-prone thresholds and the one
+    ``rule`` (``cuhlm.threshold_rule``, with ``risk_budget`` for ``risk_budget``) picks, each
+    clamped to 1 (:func:`clamp_and_warn`; ``u_th_unclamped`` keeps the formulas' values and
+    ``slm_only_variants`` the variants a clamp made SLM-only). A fit whose slope is not
+    positive defines no threshold: every one is :data:`SKIP_NOTHING_THRESHOLD` and
+    ``valid_slope`` is false."""
+    if rule not in THRESHOLD_RULES:
+        raise CalibrationError(
+            f"cuhlm.threshold_rule must be one of {', '.join(THRESHOLD_RULES)}, got {rule!r}"
+        )
+    if rule == "risk_budget" and risk_budget is None:
+        raise CalibrationError("cuhlm.threshold_rule risk_budget needs cuhlm.risk_budget")
+    u_arr, beta_arr = _as_arrays(u, beta)
+    fit = fit_rejection_model(u_arr, beta_arr)
+    delta = rejectable_fraction(x_d, y_d)
+    log.info(
+        "fit over %d tokens: a=%.4f b=%.4f R2=%.3f r=%.3f",
+        fit.n,
+        fit.a,
+        fit.b,
+        fit.r2,
+        fit.pearson_r,
+    )
+    if fit.a > 0:
+        u_averse, u_prone = risk_averse_threshold(fit), risk_prone_threshold(fit, delta)
+    else:
+        # uncertainty does not predict rejection: the variants that skip skip nothing
+        log.warning("slope a=%.4f <= 0: thresholds undefined, skipping disabled", fit.a)
+        u_averse = u_prone = SKIP_NOTHING_THRESHOLD
+    if rule == "risk_budget":
+        u_th = risk_budget_threshold(u_arr, beta_arr, fit, risk_budget) if fit.a > 0 else u_averse
+    else:
+        u_th = u_averse if rule == "risk_averse" else u_prone
+    raw = {"risk_averse": u_averse, "risk_prone": u_prone, "threshold_rule": u_th}
+    slm_only: list[str] = []
+    name = {"threshold_rule": f"threshold_rule {rule}"}
+    clamped = {
+        key: clamp_and_warn(name.get(key, key), value, THRESHOLD_USERS[key], slm_only)
+        for key, value in raw.items()
+    }
+    record = {
+        "a": fit.a,
+        "b": fit.b,
+        "r2": fit.r2,
+        "pearson_r": fit.pearson_r,
+        "n": fit.n,
+        "delta": delta,
+        "u_th_risk_averse": clamped["risk_averse"],
+        "u_th_risk_prone": clamped["risk_prone"],
+        "threshold_rule": rule,
+        "u_th": clamped["threshold_rule"],
+        "u_th_unclamped": raw,
+        "slm_only_variants": sorted(set(slm_only)),
+        "valid_slope": bool(fit.a > 0),
+    }
+    return fit, record
+
+
+def reported_thresholds(u, beta, record: dict, risk_budgets) -> pd.DataFrame:
+    """:func:`threshold_table` of a ``fit.json`` record at the reported ``risk_budgets``
+    (``cuhlm.risk_budgets``); without a valid slope, the risk-averse and risk-prone rows skip
+    nothing (:data:`SKIP_NOTHING_THRESHOLD`, no skip, no risk)."""
+    if record["valid_slope"]:
+        fit = LinearFit.from_record(record)
+        return threshold_table(u, beta, fit, risk_budgets, delta=record["delta"])
+    return pd.DataFrame(
+        [
+            {
+                "rule": rule,
+                "epsilon": float("nan"),
+                "u_th": SKIP_NOTHING_THRESHOLD,
+                "skip_fraction": 0.0,
+                "predicted_risk": 0.0,
+                "empirical_risk": 0.0,
+                "skips_every_token": False,
+            }
+            for rule in ("risk_averse", "risk_prone")
+        ]
+    )

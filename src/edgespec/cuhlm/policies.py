@@ -20,11 +20,13 @@ and the calibrated parameters to its policy.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 import torch
 
 from edgespec.cuhlm.calibration import LinearFit
@@ -265,3 +267,36 @@ def build_policy(variant: str, params: Mapping[str, Any]) -> TokenPolicy | None:
             eta=float(params.get("eta", 1.0)),
         )
     return ThresholdPolicy(float(u_th), rule, m, theta_max)
+
+
+def policy_from_artifacts(
+    variant: str,
+    settings: Mapping[str, Any],
+    fit: dict | None = None,
+    kstar: dict | None = None,
+    reference: pd.DataFrame | None = None,
+) -> TokenPolicy | None:
+    """:func:`build_policy` of ``variant`` from the config keys it reads (``settings``:
+    ``edgespec.variants.CUHLM_POLICY_READS``) and the calibration artifacts it reads: the
+    ``fit.json`` record (the fit and the risk-averse, risk-prone and rule thresholds; a
+    missing rule threshold skips nothing), the ``kstar.json`` record (the offline k* and the
+    joint programme's (u_th, k*) at ``cuhlm.kstar_channel``) and, for ``random_skip``, the
+    reference variant's decoded tokens, whose measured skip rate it skips at."""
+    params = dict(settings)
+    if fit is not None:
+        params["fit"] = LinearFit.from_record(fit)
+        params["u_th_risk_averse"] = fit["u_th_risk_averse"]
+        params["u_th_risk_prone"] = fit["u_th_risk_prone"]
+        params["u_th"] = fit["u_th"] if fit["u_th"] is not None else -1.0
+    if kstar is not None:
+        params["k_star"] = kstar["k_star"]
+        params["u_th_joint"] = kstar["joint"]["u_th"]
+        params["k_joint"] = kstar["joint"]["k_star"]
+    if variant == "random_skip":
+        if reference is None:
+            raise ValueError("variant 'random_skip' needs the reference variant's decoded tokens")
+        params["random_skip_rate"] = float(reference["skipped"].mean())
+        logging.getLogger(__name__).info(
+            "random skip at the measured rate %.4f", params["random_skip_rate"]
+        )
+    return build_policy(variant, params)

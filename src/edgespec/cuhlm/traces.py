@@ -37,10 +37,43 @@ from edgespec.models.precision import stepped_logits
 
 @dataclass
 class TraceResult:
+    """What :func:`collect_traces` returns: the per-token table (``attrs["k_grid"]``: its k
+    grid, ending with |V|), both models' last-layer hidden states per token (None where not
+    kept) and each prompt's generated token ids."""
+
     tokens: pd.DataFrame
     draft_hidden: np.ndarray | None
     target_hidden: np.ndarray | None
     generated: list[list[int]]
+
+    def hidden_arrays(self) -> dict[str, np.ndarray]:
+        """``{"draft": ..., "target": ...}`` for ``hidden.npz``: a model whose states were not
+        kept gets a [tokens, 0] float16 array."""
+        empty = np.zeros((len(self.tokens), 0), dtype=np.float16)
+        return {
+            "draft": self.draft_hidden if self.draft_hidden is not None else empty,
+            "target": self.target_hidden if self.target_hidden is not None else empty,
+        }
+
+    def meta(self, dataset: str, records, elapsed_s: float, tokenizer, **settings) -> dict:
+        """The ``meta.json`` record of one dataset's traces: counts, the k grid and |V|, the
+        decode time [s] and rate [tokens/s], ``settings`` (the decoding and uncertainty
+        config) and each prompt's completion text."""
+        grid = self.tokens.attrs["k_grid"]
+        return {
+            "dataset": dataset,
+            "prompts": len(records),
+            "tokens": len(self.tokens),
+            "k_grid": grid,
+            "vocab_size": grid[-1],
+            "decode_seconds": elapsed_s,
+            "tokens_per_second": len(self.tokens) / elapsed_s if elapsed_s > 0 else None,
+            **settings,
+            "completions": {
+                r.id: tokenizer.decode(g, skip_special_tokens=True)
+                for r, g in zip(records, self.generated, strict=True)
+            },
+        }
 
 
 def effective_k_grid(k_grid: Sequence[int], vocab_size: int) -> list[int]:
