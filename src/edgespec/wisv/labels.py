@@ -24,6 +24,12 @@ Nothing is prefilled twice: each prompt's target and draft caches of prompt + re
 per row and cut to the mismatch's prefix for every branch (``edgespec.decoding.branching``); a
 safe substitution's branch cache becomes the walk's cache. The prompts themselves are
 prefilled without padding, their shared system turn once (``branching.prefill_rows``).
+
+:func:`mine_labels` reads as the walk's steps: ``_start_walks`` (R0 and the draft's choices
+along it), ``_choose_mismatches``, ``_substitute``, ``_continue_branches``,
+``_draft_after_tokens``, ``_alternatives``, ``mining.judge_branches``, ``_record_labels``,
+``_advance_walks`` and ``_assemble_table``. The settings (``MiningConfig``) and the judging of
+a branch live in ``edgespec.wisv.mining``.
 """
 
 from __future__ import annotations
