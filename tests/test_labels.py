@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from edgespec.data.answers import marked_answer
-from edgespec.wisv.labels import LABEL_COLUMNS, criterion_counts, mine_labels
+from edgespec.wisv.labels import LABEL_COLUMNS, criterion_counts, label_summary, mine_labels
+from edgespec.wisv.mining import Branch, MiningConfig, MiningTask, judge_branches
 
 MARKER = "The answer is"
 MAX_NEW = 10
@@ -142,23 +143,19 @@ def reference(tiny_draft_close, tiny_target):
 
 @pytest.fixture(scope="module")
 def mined(tiny_draft_close, tiny_target):
-    return mine_labels(
-        tiny_draft_close,
-        tiny_target,
-        PROMPTS,
-        IDS,
-        GOLDS,
-        MAX_NEW,
-        [7],
-        0,
-        3,
-        _text,
-        _similarity,
-        THRESHOLD,
-        4,
-        np.float64,
+    config = MiningConfig(
+        max_new_tokens=MAX_NEW,
+        eos_token_ids=(7,),
+        pad_token_id=0,
+        batch_size=3,
+        similarity_threshold=THRESHOLD,
+        max_mismatches_per_prompt=4,
+        hidden_dtype=np.float64,
         label_max_new_tokens=LABEL_BUDGET,
         answer_marker=MARKER,
+    )
+    return mine_labels(
+        tiny_draft_close, tiny_target, PROMPTS, IDS, GOLDS, config, _text, _similarity
     )
 
 
@@ -197,22 +194,84 @@ def test_open_text_with_numbers_is_not_an_answer_task(mined):
     assert not table.loc[no_gold, "answer_task"].any()
 
 
-def test_label_budget_must_cover_the_decoding_budget(tiny_draft_close, tiny_target):
+def test_label_budget_must_cover_the_decoding_budget():
     with pytest.raises(ValueError, match="label_max_new_tokens"):
-        mine_labels(
-            tiny_draft_close,
-            tiny_target,
-            PROMPTS[:1],
-            IDS[:1],
-            GOLDS[:1],
-            8,
-            [],
-            0,
-            1,
-            _text,
-            _similarity,
-            label_max_new_tokens=4,
-        )
+        MiningConfig(max_new_tokens=8, label_max_new_tokens=4)
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"max_new_tokens": 0}, "max_new_tokens and batch_size"),
+        ({"max_new_tokens": 4, "batch_size": 0}, "max_new_tokens and batch_size"),
+        ({"max_new_tokens": 4, "max_mismatches_per_prompt": 0}, "max_mismatches_per_prompt"),
+    ],
+)
+def test_mining_config_rejects_bad_settings(settings, match):
+    with pytest.raises(ValueError, match=match):
+        MiningConfig(**settings)
+
+
+def test_mining_config_from_the_workflow_settings():
+    wisv = {
+        "max_new_tokens": 6,
+        "label_max_new_tokens": None,
+        "similarity_threshold": 0.7,
+        "max_mismatches_per_prompt": None,
+        "answer_marker": "So:",
+    }
+    config = MiningConfig.from_settings(wisv, eos_token_ids=[2, 5], pad_token_id=1, batch_size=4)
+    assert config.label_budget == 6 and config.cap == math.inf
+    assert config.eos_token_ids == (2, 5) and config.answer_marker == "So:"
+    assert (
+        MiningConfig.from_settings(
+            {**wisv, "label_max_new_tokens": 9, "max_mismatches_per_prompt": 3},
+            eos_token_ids=[],
+            pad_token_id=0,
+            batch_size=1,
+        ).label_budget
+        == 9
+    )
+
+
+def test_judging_by_answers_then_by_one_similarity_call():
+    """Answers decide where both branches state one; the rest go to one similarity call, in
+    order, safe at the threshold itself, the risk 1 - s clipped to [0, 1]."""
+    calls = []
+
+    def similarity(texts, refs):
+        calls.append((list(texts), list(refs)))
+        return [{"b": 0.6, "c": 1.2, "d": -0.1}[t] for t in texts]
+
+    task = MiningTask(
+        [[1]], ["p"], ["7"], MiningConfig(4, similarity_threshold=0.6), str, similarity
+    )
+    originals = [Branch([], "R", "7")] * 4 + [Branch([], "R0", None)]
+    alternatives = [
+        Branch([], "same", "7"),
+        Branch([], "other", "8"),
+        Branch([], "b", None),
+        Branch([], "c", None),
+        Branch([], "d", "7"),
+    ]
+    verdicts = judge_branches(task, originals, alternatives)
+    assert verdicts[0][:2] == (True, 0.0) and verdicts[0].criterion == "answer"
+    assert verdicts[1][:2] == (False, 1.0) and math.isnan(verdicts[1].similarity)
+    assert calls == [(["b", "c", "d"], ["R", "R", "R0"])]
+    assert verdicts[2] == (True, pytest.approx(0.4), 0.6, "similarity")
+    assert verdicts[3] == (True, 0.0, 1.2, "similarity")
+    assert verdicts[4] == (False, 1.0, -0.1, "similarity")
+
+
+def test_label_summary_counts(mined):
+    table, _, _ = mined
+    config = MiningConfig(MAX_NEW, label_max_new_tokens=LABEL_BUDGET)
+    summary = label_summary(table, GOLDS, config, 2.5)
+    assert summary["prompts"] == 7 and summary["answer_task_prompts"] == 5
+    assert summary["mismatches"] == len(table) == summary["important"] + summary["safe"]
+    assert summary["important"] == int((table["label"] == 1).sum())
+    assert summary["criterion"] == criterion_counts(table)
+    assert summary["label_max_new_tokens"] == LABEL_BUDGET and summary["seconds"] == 2.5
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,7 @@ def test_imports_run_one_way(layer, forbidden):
         "edgespec.hardware",
         "edgespec.wisv.evaluate",
         "edgespec.wisv.summary",
+        "edgespec.wisv.report",
         "edgespec.wisv.csi",
         "edgespec.wireless.channel",
         "edgespec.wireless.delay",

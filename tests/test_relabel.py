@@ -25,8 +25,10 @@ from edgespec.wisv.relabel import (
     RelabelError,
     check_two_classes,
     csi_feature_columns,
+    price_csi_samples,
     relabel_mismatches,
     relabel_over_csi,
+    relabel_under_csi,
     safe_fraction_by_channel,
 )
 
@@ -274,14 +276,7 @@ def test_csi_samples_span_the_evaluation_channels():
 
 def _relabel_through_channels(samples, profile, lam=2.0, budget=None):
     mism = _mismatches()
-    t0 = round_compute_s(profile, 4)
-    csi = [
-        {
-            "features": s.features(["snr_db_instantaneous"]),
-            "repair_cost": repair_cost_rounds(s, FH_BITS, t0),
-        }
-        for s in samples
-    ]
+    csi = price_csi_samples(samples, ["snr_db_instantaneous"], FH_BITS, round_compute_s(profile, 4))
     return mism, relabel_over_csi(mism, csi, lam, budget)
 
 
@@ -336,3 +331,87 @@ def test_one_class_label_set_stops_with_counts_and_keys():
     assert "12 safe and 0 important of 12" in text and "3 mismatches x 4 CSI samples" in text
     for key in TRADE_OFF_KEYS:
         assert key in text
+
+
+def test_each_csi_sample_is_priced_with_its_own_cost():
+    samples = sample_csi(csi_ranges(CHANNELS), 5, np.random.default_rng(2), 0.8)
+    t0 = round_compute_s(PROFILE, 4)
+    priced = price_csi_samples(samples, ["rtt_ms", "gain_db"], FH_BITS, t0)
+    assert len(priced) == len(samples)
+    for sample, entry in zip(samples, priced, strict=True):
+        assert entry["repair_cost"] == repair_cost_rounds(sample, FH_BITS, t0)
+        assert entry["features"] == sample.features(["rtt_ms", "gain_db"])
+    assert len({entry["repair_cost"] for entry in priced}) == len(samples)
+
+
+RELABEL_SETTINGS = {
+    "relabel": {
+        "gamma": 4,
+        "num_csi_samples": 4,
+        "lam_rounds_per_risk": 3.0,
+        "risk_budget": None,
+    },
+    "hidden_bits": 16,
+    "correlation": 0.8,
+    "csi_features": ["snr_db_instantaneous", "rtt_ms"],
+}
+
+
+def _mined(labels=None):
+    """Mined mismatches of three prompts, listed out of response order, graded risks."""
+    rng = np.random.default_rng(11)
+    # lam * risk straddles the samples' repair costs (1.18 to 1.41 rounds).
+    risk = rng.permutation([0.05, 0.1, 0.2, 0.3, 0.38, 0.41, 0.43, 0.45, 0.5, 0.7, 0.8, 0.95])
+    return pd.DataFrame(
+        {
+            "prompt_id": ["b", "a", "c", "a", "b", "c", "a", "b", "c", "a", "b", "c"],
+            "position": [5, 2, 1, 0, 1, 7, 9, 3, 4, 4, 8, 2],
+            "draft_token": rng.integers(0, 40, 12),
+            "target_token": rng.integers(0, 60, 12),
+            "risk": risk,
+            "label": (risk > 0.5).astype(np.int64) if labels is None else labels,
+        }
+    )
+
+
+def test_relabeling_under_csi_prices_every_sample_itself():
+    """The rule's loop: the same samples the seeded generator draws, each repaired at its own
+    cost (the FH upload of one round, T_0 of the profile), the no-budget rule per sample,
+    each prompt's mismatches in response order, and the summary."""
+    table = _mined()
+    run = relabel_under_csi(
+        table, 896, PROFILE, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
+    )
+    samples = sample_csi(csi_ranges(CHANNELS, {}), 4, np.random.default_rng(9), 0.8)
+    bits = 4 * (896 * 16 + 6)  # vocabulary of 60 tokens: 6-bit ids
+    t0 = round_compute_s(PROFILE, 4)
+    costs = [repair_cost_rounds(s, bits, t0) for s in samples]
+    out = run.relabeled
+    ordered = table.sort_values(["prompt_id", "position"], kind="stable").index.to_numpy()
+    for i, cost in enumerate(costs):
+        rows = out[out["csi_sample"] == i]
+        np.testing.assert_array_equal(rows["mismatch"].to_numpy(), ordered)
+        assert (rows["repair_cost"] == cost).all()
+        expected = (3.0 * table.loc[ordered, "risk"].to_numpy() > cost).astype(np.int64)
+        np.testing.assert_array_equal(rows["label_csi"].to_numpy(), expected)
+        features = samples[i].features(["snr_db_instantaneous", "rtt_ms"])
+        assert (rows["phi_rtt_ms"] == features["rtt_ms"]).all()
+    # The costs differ enough across samples to move labels.
+    assert len({tuple(out.loc[out["csi_sample"] == i, "label_csi"]) for i in range(4)}) > 1
+    assert list(run.safe["repair_cost"]) == sorted(costs)
+    assert {"snr_db_mean", "rate_mbps"} <= set(run.safe.columns)
+    summary = run.summary
+    assert summary["uplink_bits"] == bits and summary["round_compute_s"] == pytest.approx(t0)
+    assert summary["repair_cost_rounds"] == [min(costs), max(costs)]
+    assert summary["safe_before"] == pytest.approx((table["label"] == 0).mean())
+    assert summary["safe_after"] == pytest.approx((out["label_csi"] == 0).mean())
+    assert summary["safe_best_channel"] == run.safe["safe_fraction"].iloc[0]
+    assert summary["csi_samples"] == 4 and summary["mismatches"] == len(table)
+
+
+def test_relabeling_under_csi_stops_on_one_class_naming_the_file():
+    table = _mined(labels=np.zeros(12, dtype=np.int64))
+    with pytest.raises(RelabelError, match=r"mined labels \(m.parquet\): 12 safe and 0"):
+        relabel_under_csi(
+            table, 896, PROFILE, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
+        )

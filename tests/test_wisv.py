@@ -16,7 +16,7 @@ from edgespec.decoding.tokenwise import generate_tokenwise
 from edgespec.wireless.channel import ChannelCondition, csi_features, uplink_rate_bps
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.acceptance import head_acceptance, topk_acceptance
-from edgespec.wisv.decode import CHANNEL_FREE, ROUND_COLUMNS, decode_wisv
+from edgespec.wisv.decode import CHANNEL_FREE, ROUND_COLUMNS, decode_wisv, variant_rule
 from edgespec.wisv.evaluate import (
     VARIANTS,
     attach_channel,
@@ -28,7 +28,7 @@ from edgespec.wisv.evaluate import (
     round_uplink_bits,
     wisv_metrics,
 )
-from edgespec.wisv.head import REJECT_ALL_TAU, DecisionHead
+from edgespec.wisv.head import REJECT_ALL_TAU, DecisionHead, save_head
 
 VOCAB = 61
 HIDDEN = 32
@@ -320,6 +320,33 @@ def test_bad_variant_and_sampling_rejected(tiny_draft_close, tiny_target):
             CONDITION,
             np.random.default_rng(0),
         )
+
+
+def test_each_variant_decodes_with_its_rule(tmp_path, tiny_draft_independent, tiny_target):
+    """Rule decode_wisv's choice: strict matching, top-k at wisv.top_k, or the saved head at
+    its saved tau with the encoder of its saved CSI features."""
+    assert variant_rule("vanilla_sd") == (None, None, False)
+    topk = variant_rule("topk_accept", top_k=4)
+    assert topk.acceptance is not None and topk.csi_encoder is None and not topk.keep_hidden
+    with pytest.raises(ValueError, match="wisv.top_k"):
+        variant_rule("topk_accept")
+    with pytest.raises(ValueError, match="unknown WISV variant"):
+        variant_rule("judge")
+    with pytest.raises(ValueError, match="decision head"):
+        variant_rule("wisv")
+    save_head(_head(0), tmp_path / "plain.pt", {"tau": 0.3})
+    plain = variant_rule("head_no_csi", str(tmp_path / "plain.pt"))
+    assert plain.keep_hidden and plain.csi_encoder is None
+    save_head(_head(2), tmp_path / "csi.pt", {"tau": 0.45, "csi_features": CSI_NAMES})
+    rule = variant_rule("wisv", str(tmp_path / "csi.pt"))
+    assert rule.keep_hidden
+    np.testing.assert_array_equal(rule.csi_encoder(CONDITION, 0.7), _encoder(CONDITION, 0.7))
+    rounds, _ = _decode("wisv_fh", tiny_draft_independent, tiny_target, rule.acceptance)
+    direct, _ = _decode(
+        "wisv_fh", tiny_draft_independent, tiny_target, head_acceptance(_head(2), 0.45)
+    )
+    _same_rounds(rounds, direct)
+    assert 0 < rounds["num_semantic_accepts"].sum() < rounds["num_mismatches"].sum()
 
 
 # --------------------------------------------------------------------------------------------

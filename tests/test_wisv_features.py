@@ -10,6 +10,7 @@ import torch
 from edgespec.decoding.config import DecodingConfig
 from edgespec.decoding.rounds import generate_rounds, strict_acceptance
 from edgespec.wisv.labels import mine_labels
+from edgespec.wisv.mining import MiningConfig
 
 MAX_NEW = 14
 GAMMA = 3
@@ -98,14 +99,9 @@ def test_decode_time_features_equal_mining_time_features(decoded, tiny_draft_clo
         PROMPTS,
         list(range(len(PROMPTS))),
         [None] * len(PROMPTS),
-        MAX_NEW,
-        [],
-        0,
-        2,
+        MiningConfig(max_new_tokens=MAX_NEW, batch_size=2, similarity_threshold=0.5),
         lambda ids: " ".join(map(str, ids)),
         lambda a, b: [0.0] * len(a),
-        0.5,
-        None,
     )
     assert (table["label"] == 1).all()
     mined = {

@@ -8,52 +8,12 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from wisv_tables import costs as _costs
+from wisv_tables import scores as _scores
 
 from edgespec.wisv.summary import HEADLINE_COLUMNS, cell, display_table, headline, summarise
 
 EVALUATION = {"seed_interval": 0.9, "bootstrap_interval": 0.95, "bootstrap_samples": 400}
-
-
-def _costs(variant, seeds, latency, tokens=(4, 6), rounds=(2, 2), channel="poor"):
-    """Per (seed, prompt) costs: latency[s][p]."""
-    rows = []
-    for s in seeds:
-        for p, pid in enumerate(("a", "b")):
-            rows.append(
-                {
-                    "variant": variant,
-                    "channel": channel,
-                    "gamma": 4,
-                    "fading_index": s,
-                    "prompt_id": pid,
-                    "latency_s": latency[s][p],
-                    "prefill_s": 0.1,
-                    "rounds": rounds[p],
-                    "tokens": tokens[p],
-                    "drafted": 4 * rounds[p],
-                    "accepted": tokens[p] - rounds[p],
-                    "mismatches": 1,
-                    "semantic_accepts": 0,
-                    "uplink_bits": 80.0,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def _scores(variant, channel, exact, semantic=(0.9, 0.8)):
-    return pd.DataFrame(
-        {
-            "variant": variant,
-            "channel": channel,
-            "gamma": 4,
-            "prompt_id": ["a", "b"],
-            "task": "arithmetic",
-            "exact_match": exact,
-            "answer_fidelity": [1.0, 1.0],
-            "semantic_accuracy": list(semantic),
-            "identical_to_vanilla": [1.0, 0.0],
-        }
-    )
 
 
 @pytest.fixture(scope="module")

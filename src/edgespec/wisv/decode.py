@@ -24,9 +24,11 @@ vanilla greedy SD.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -48,8 +50,16 @@ from edgespec.wireless.channel import (
     csi_features,
     uplink_rate_bps,
 )
-from edgespec.wisv.acceptance import ChannelRound, target_choice
+from edgespec.wisv.acceptance import (
+    ChannelRound,
+    head_acceptance,
+    target_choice,
+    topk_acceptance,
+)
 from edgespec.wisv.evaluate import check_variant, round_gains
+from edgespec.wisv.head import load_head
+
+log = logging.getLogger(__name__)
 
 CHANNEL_FREE = "none"
 """The ``condition`` of rounds decoded without a channel (channel-blind variants)."""
@@ -90,6 +100,44 @@ def csi_vector_encoder(feature_names: Sequence[str]) -> CsiEncoder:
         return np.array([float(feats[k]) for k in names], dtype=np.float64)
 
     return encode
+
+
+CSI_DECODE = "wisv"
+"""Rule decode_wisv_csi's variant: the CSI head's decisions under one channel and fading seed,
+decoded as ``wisv_fh`` (``wisv_sh`` shares its decisions and is priced from the same rounds)."""
+
+HEAD_DECODES = ("head_no_csi", "head_relabel_no_csi", CSI_DECODE)
+"""The decodes whose acceptance is a trained decision head (they keep the hidden states)."""
+
+
+class VariantRule(NamedTuple):
+    """What a decode of one variant accepts with: the rule (None: strict matching), the CSI
+    encoder (None: no CSI read) and whether the rounds keep their hidden states."""
+
+    acceptance: AcceptanceRule | None
+    csi_encoder: CsiEncoder | None
+    keep_hidden: bool
+
+
+def variant_rule(
+    variant: str, head_path: str | None = None, top_k: int | None = None
+) -> VariantRule:
+    """The acceptance of rule decode_wisv's ``variant`` (or :data:`CSI_DECODE`): vanilla SD
+    strict matching, ``topk_accept`` the top-``top_k`` rule (config key wisv.top_k), a head
+    variant the decision head saved at ``head_path`` at its tau, with an encoder of its CSI
+    features where it reads them."""
+    if variant == "topk_accept":
+        if top_k is None:
+            raise ValueError("topk_accept needs config key wisv.top_k")
+        return VariantRule(topk_acceptance(top_k), None, False)
+    if variant not in HEAD_DECODES:
+        check_variant(variant)
+        return VariantRule(None, None, False)
+    if head_path is None:
+        raise ValueError(f"{variant} decodes with a trained decision head: give its file")
+    head, extra = load_head(head_path)
+    encoder = csi_vector_encoder(extra["csi_features"]) if head.d_csi else None
+    return VariantRule(head_acceptance(head, extra["tau"]), encoder, True)
 
 
 def decode_wisv(
@@ -194,6 +242,72 @@ def decode_wisv(
     lengths = [len(p) for p in prompts]
     table = _round_table(variant, name, prompt_ids, lengths, stats, masks, gains, rates)
     return table, completions
+
+
+def decode_job(
+    variant: str,
+    models: tuple[torch.nn.Module, torch.nn.Module],
+    prompts: Sequence[Sequence[int]],
+    prompt_ids: Sequence[Any],
+    cfg: DecodingConfig,
+    gamma: int,
+    rule: VariantRule,
+    *,
+    condition: ChannelCondition | None = None,
+    seed: int | None = None,
+    progress: DecodeProgress | None = None,
+    prefilled: Prefills | None = None,
+    greedy_tie_margin: float | None = None,
+) -> tuple[pd.DataFrame, list[list[int]]]:
+    """Rule decode_wisv's job: :func:`decode_wisv` of ``variant`` (:data:`CSI_DECODE` as
+    ``wisv_fh``) with the (draft, target) ``models`` and its ``rule``, under ``condition`` and
+    fading ``seed`` where given, logging its tokens, rounds and seconds. With
+    ``greedy_tie_margin`` (vanilla SD at the smallest gamma, config key
+    wisv.greedy_tie_margin) the run's losslessness is checked too
+    (:func:`check_greedy_equivalence`)."""
+    draft, target = models
+    start = time.perf_counter()
+    rounds, completions = decode_wisv(
+        "wisv_fh" if variant == CSI_DECODE else variant,
+        draft,
+        target,
+        prompts,
+        prompt_ids,
+        cfg,
+        gamma,
+        rule.acceptance,
+        condition,
+        fading_seed=seed,
+        csi_encoder=rule.csi_encoder,
+        progress=progress,
+        prefilled=prefilled,
+    )
+    elapsed = time.perf_counter() - start
+    if greedy_tie_margin is not None:
+        start = time.perf_counter()
+        check = check_greedy_equivalence(
+            target,
+            prompts,
+            completions,
+            greedy_tie_margin,
+            prefilled=prefilled,
+            pad_token_id=cfg.pad_token_id,
+        )
+        log.info(
+            "greedy SD vs the target's greedy choices, teacher-forced (%.1f s): %s",
+            time.perf_counter() - start,
+            check,
+        )
+    log.info(
+        "%s g%d %s: %d tokens, %d rounds in %.1f s",
+        variant,
+        gamma,
+        "channel-free" if condition is None else f"{condition.name}, fading seed {seed}",
+        int(rounds["num_committed"].sum()),
+        len(rounds),
+        elapsed,
+    )
+    return rounds, completions
 
 
 def _round_table(

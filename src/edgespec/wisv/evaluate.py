@@ -19,6 +19,7 @@ transformers, so the many small evaluation jobs start fast.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,6 +42,8 @@ from edgespec.wisv.protocols import (
     sh_payload,
     vanilla_payload,
 )
+
+log = logging.getLogger(__name__)
 
 VARIANTS = WISV_VARIANTS
 CSI_VARIANTS = WISV_CSI_VARIANTS
@@ -333,3 +336,103 @@ def wisv_metrics(rounds: pd.DataFrame, latencies: Any, uplink_bits: Any = None) 
         "uplink_bytes_per_round": up_round,
         "uplink_bytes_per_token": up_token,
     }
+
+
+def protocol_params(provenance: Mapping[str, Any], bits_per_value: int) -> dict[str, int]:
+    """The sizes :func:`round_latencies` reads, from rule fetch_models' provenance: the
+    target's logits size as the vocabulary, the draft's hidden size, and ``bits_per_value``
+    per hidden value (config key wisv.hidden_bits)."""
+    models = provenance["models"]
+    return {
+        "vocab_size": models["target"]["logits_size"],
+        "hidden_size": models["draft"]["hidden_size"],
+        "bits_per_value": bits_per_value,
+    }
+
+
+def head_round_s(variant: str, head_times: Mapping[str, Any] | None) -> float:
+    """The decision head's compute per round [s] charged to ``variant``: its head's
+    (``HEAD_OF_VARIANT``) entry of rule profile_head's ``head_round_s``; 0 for a variant
+    without a head, whose ``head_times`` may be None."""
+    if check_variant(variant) not in HEAD_VARIANTS:
+        return 0.0
+    if head_times is None:
+        raise ValueError(f"{variant} runs a decision head: its time per round is needed")
+    return float(head_times["head_round_s"][HEAD_OF_VARIANT[variant]])
+
+
+def rounds_by_fading_seed(
+    variant: str,
+    tables: Sequence[pd.DataFrame],
+    csi_decode_seeds: Sequence[int] | None,
+    fading_seeds: int | None,
+) -> dict[int, pd.DataFrame]:
+    """The round table each fading seed index prices: a CSI-reading variant's decode under
+    each seed of ``csi_decode_seeds`` (config key wisv.csi_decode_seeds; ``tables`` in that
+    order), a channel-blind variant's one decode (``tables[0]``) under every seed 0 ..
+    ``fading_seeds`` - 1 (config key evaluation.fading_seeds)."""
+    if variant in CSI_VARIANTS:
+        return dict(zip(list(csi_decode_seeds or ()), tables, strict=True))
+    if fading_seeds is None:
+        raise ValueError(f"{variant} is channel-blind: evaluation.fading_seeds is needed")
+    return {s: tables[0] for s in range(fading_seeds)}
+
+
+def evaluate_variant(
+    rounds_by_seed: Mapping[int, pd.DataFrame],
+    variant: str,
+    channel: str,
+    condition: ChannelCondition,
+    protocol: Mapping[str, Any],
+    profile: LatencyProfile,
+    gamma: int,
+    seed: int,
+    head_times: Mapping[str, Any] | None = None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Rule evaluate_wisv: ``variant``'s rounds priced under ``channel`` (``condition``) and
+    ``gamma`` over every fading seed (:func:`price_over_seeds`, the head's time per round
+    :func:`head_round_s` of ``head_times`` charged), and their summary.
+
+    Returns (costs: ``PROMPT_COLUMNS`` after variant, channel, gamma; summary: the variant,
+    channel, gamma, condition, profile source, head_round_s [s], the fading seeds, each seed's
+    e2e latency [s] (mean over prompts), tokens, rounds, summed latency [s], AAL and
+    throughput [tokens/s], and their medians over seeds).
+    """
+    head_s = head_round_s(variant, head_times)
+    costs = price_over_seeds(
+        rounds_by_seed, variant, condition, protocol, profile, gamma, seed, head_s=head_s
+    )
+    costs.insert(0, "gamma", gamma)
+    costs.insert(0, "channel", channel)
+    costs.insert(0, "variant", variant)
+    per_seed = costs.groupby("fading_index").agg(
+        e2e_latency_s=("latency_s", "mean"),
+        tokens=("tokens", "sum"),
+        rounds=("rounds", "sum"),
+        latency_s=("latency_s", "sum"),
+    )
+    per_seed["aal"] = per_seed["tokens"] / per_seed["rounds"]
+    per_seed["throughput_tok_s"] = per_seed["tokens"] / per_seed["latency_s"]
+    summary = {
+        "variant": variant,
+        "channel": channel,
+        "gamma": gamma,
+        "condition": condition.to_dict(),
+        "profile_source": profile.source,
+        "head_round_s": head_s,
+        "fading_seeds": sorted(int(s) for s in rounds_by_seed),
+        "median": per_seed[["e2e_latency_s", "aal", "throughput_tok_s"]].median().to_dict(),
+        "per_seed": per_seed.reset_index().to_dict(orient="list"),
+    }
+    log.info(
+        "%s %s g%d over %d seeds: e2e latency median %.3f s (%.3f to %.3f), AAL %.3f",
+        variant,
+        channel,
+        gamma,
+        len(per_seed),
+        summary["median"]["e2e_latency_s"],
+        float(np.min(per_seed["e2e_latency_s"])),
+        float(np.max(per_seed["e2e_latency_s"])),
+        summary["median"]["aal"],
+    )
+    return costs, summary

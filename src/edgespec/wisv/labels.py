@@ -24,22 +24,35 @@ Nothing is prefilled twice: each prompt's target and draft caches of prompt + re
 per row and cut to the mismatch's prefix for every branch (``edgespec.decoding.branching``); a
 safe substitution's branch cache becomes the walk's cache. The prompts themselves are
 prefilled without padding, their shared system turn once (``branching.prefill_rows``).
+
+:func:`mine_labels` reads as the walk's steps: ``_start_walks`` (R0 and the draft's choices
+along it), ``_choose_mismatches``, ``_substitute``, ``_continue_branches``,
+``_draft_after_tokens``, ``_alternatives``, ``mining.judge_branches``, ``_record_labels``,
+``_advance_walks`` and ``_assemble_table``. The settings (``MiningConfig``) and the judging of
+a branch live in ``edgespec.wisv.mining``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from edgespec.data.answers import marked_answer
 from edgespec.decoding.branching import BranchBatch, RowCache, greedy_continue, prefill_rows
+from edgespec.wisv.mining import (
+    CRITERIA,
+    Branch,
+    MiningConfig,
+    MiningTask,
+    Similarity,
+    Verdict,
+    judge_branches,
+)
 
 LABEL_COLUMNS = (
     "prompt_id",
@@ -53,19 +66,6 @@ LABEL_COLUMNS = (
     "answer_task",
     "criterion",
 )
-CRITERIA = ("answer", "similarity")
-"""How a label was decided: the two branches' stated answers, or their similarity."""
-
-DEFAULT_ANSWER_MARKER = "The answer is"
-
-
-@dataclass
-class _Branch:
-    """A finished response: its tokens, text and stated answer (None: none reached)."""
-
-    tokens: list[int]
-    text: str
-    answer: Any
 
 
 @dataclass
@@ -90,35 +90,36 @@ class _Walk:
         return None
 
 
-def _stated_answer(
-    tokens: list[int], text: str, eos: set[int], marker: str, gold: str | None
-) -> Any:
-    """The branch's answer if it stated one completely (or stated one and ended at EOS)."""
-    value, complete = marked_answer(text, marker, gold)
-    if value is None:
-        return None
-    return value if complete or (tokens and tokens[-1] in eos) else None
+@dataclass
+class _Step:
+    """One walk step's substitutions: walk k puts the draft token ``draft_tokens[k]`` at
+    position ``positions[k]`` of its current response; ``prefixes[k]`` is the substituted
+    branch so far (response[:p] + [d]) and ``cuts[k]`` = prompt length + p the length of the
+    cached prefix the branch starts from."""
+
+    walks: list[_Walk]
+    positions: list[int]
+    draft_tokens: list[int]
+    prefixes: list[list[int]]
+    cuts: list[int]
 
 
-def _answer_stop(
-    prefixes: Sequence[list[int]],
-    owners: Sequence[int],
-    answer_task: Sequence[bool],
-    golds: Sequence[str | None],
-    decode_text: Callable[[list[int]], str],
-    marker: str,
-) -> Callable[[int, list[int]], bool]:
-    """The stopping rule of a batch of branches: row b (prompt ``owners[b]``, response so far
-    ``prefixes[b]`` + generated tokens) stops once an answer task's text states a complete
-    answer."""
+class _DraftAfter(NamedTuple):
+    """The draft fed each substituted token: its batch (caches), its next greedy choice
+    [B, 1] and its after-token state [B, 1, H_d]."""
 
-    def stop(row: int, tokens: list[int]) -> bool:
-        i = owners[row]
-        if not answer_task[i]:
-            return False
-        return marked_answer(decode_text(prefixes[row] + tokens), marker, golds[i])[1]
+    batch: BranchBatch
+    choice: torch.Tensor
+    hidden: torch.Tensor
 
-    return stop
+
+@dataclass
+class _Found:
+    """The labels mined so far: table rows and the after-token states, in mining order."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    draft_states: list[torch.Tensor] = field(default_factory=list)
+    target_states: list[torch.Tensor] = field(default_factory=list)
 
 
 def _draft_choices(
@@ -136,244 +137,177 @@ def _draft_choices(
     return out, [batch.row_cache(b) for b in range(len(feeds))]
 
 
-def mine_labels(
+def _start_walks(
+    draft: torch.nn.Module, target: torch.nn.Module, task: MiningTask, chunk: list[int]
+) -> tuple[dict[int, Branch], list[_Walk]]:
+    """The original responses R0 of the prompts ``chunk`` (after one prefill of the prompts
+    per model), and a walk over each: the draft's greedy choices teacher-forced along R0's
+    first ``max_new_tokens`` positions."""
+    cfg = task.config
+    heads = [list(task.prompts[i][:-1]) for i in chunk]
+    originals = greedy_continue(
+        target,
+        prefill_rows(target, heads, cfg.pad_token_id),
+        [[task.prompts[i][-1]] for i in chunk],
+        [cfg.label_budget] * len(chunk),
+        task.eos,
+        stop=task.stop_rule([[] for _ in chunk], chunk),
+        pad_token_id=cfg.pad_token_id,
+    )
+    refs = {i: task.branch(i, list(cont.tokens)) for i, cont in zip(chunk, originals, strict=True)}
+    mined = [min(len(refs[i].tokens), cfg.max_new_tokens) for i in chunk]
+    choices, draft_caches = _draft_choices(
+        draft,
+        prefill_rows(draft, heads, cfg.pad_token_id),
+        [
+            [task.prompts[i][-1], *refs[i].tokens[: m - 1]]
+            for i, m in zip(chunk, mined, strict=True)
+        ],
+        mined,
+        cfg.pad_token_id,
+    )
+    walks = [
+        _Walk(i, list(refs[i].tokens), cont.cache, dcache, choice)
+        for i, cont, dcache, choice in zip(chunk, originals, draft_caches, choices, strict=True)
+    ]
+    return refs, walks
+
+
+def _choose_mismatches(walks: list[_Walk], cap: float) -> list[_Walk]:
+    """The walks that judge another mismatch: fewer than ``cap`` judged, and a position past
+    their border where the draft's choice differs from the current response."""
+    return [w for w in walks if w.judged < cap and w.next_mismatch() is not None]
+
+
+def _substitute(task: MiningTask, walks: list[_Walk]) -> _Step:
+    """Each walk's next mismatch p and the branch that puts the draft's token d there."""
+    positions = [w.next_mismatch() for w in walks]
+    tokens = [w.choices[p] for w, p in zip(walks, positions, strict=True)]
+    return _Step(
+        walks,
+        positions,
+        tokens,
+        [w.response[:p] + [d] for w, p, d in zip(walks, positions, tokens, strict=True)],
+        [len(task.prompts[w.index]) + p for w, p in zip(walks, positions, strict=True)],
+    )
+
+
+def _continue_branches(target: torch.nn.Module, task: MiningTask, step: _Step) -> list[Any]:
+    """The target continues every substituted branch greedily from its cached prefix, to the
+    label budget in all (none after an EOS draft token) or the stated answer."""
+    budget = task.config.label_budget
+    return greedy_continue(
+        target,
+        [w.target_cache.prefix(cut) for w, cut in zip(step.walks, step.cuts, strict=True)],
+        [[d] for d in step.draft_tokens],
+        [
+            0 if d in task.eos else budget - p - 1
+            for p, d in zip(step.positions, step.draft_tokens, strict=True)
+        ],
+        task.eos,
+        stop=task.stop_rule(step.prefixes, [w.index for w in step.walks]),
+        pad_token_id=task.config.pad_token_id,
+    )
+
+
+def _draft_after_tokens(draft: torch.nn.Module, task: MiningTask, step: _Step) -> _DraftAfter:
+    """The draft's after-token state of each substituted token (and its next choice on the
+    alternative), from its cached prefix."""
+    batch = BranchBatch(
+        draft, [w.draft_cache.prefix(cut) for w, cut in zip(step.walks, step.cuts, strict=True)]
+    )
+    choice, hidden = batch.feed([[d] for d in step.draft_tokens], 1, task.config.pad_token_id)
+    return _DraftAfter(batch, choice, hidden)
+
+
+def _alternatives(task: MiningTask, step: _Step, branches: list[Any]) -> list[Branch]:
+    """The substituted branches as finished responses: prefix + the target's continuation."""
+    return [
+        task.branch(w.index, pre + b.tokens)
+        for w, pre, b in zip(step.walks, step.prefixes, branches, strict=True)
+    ]
+
+
+def _record_labels(
+    found: _Found,
+    task: MiningTask,
+    step: _Step,
+    verdicts: list[Verdict],
+    after: _DraftAfter,
+    branches: list[Any],
+) -> None:
+    """One label row per judged substitution, with both models' after-token states."""
+    for k, (w, p, d) in enumerate(zip(step.walks, step.positions, step.draft_tokens, strict=True)):
+        verdict = verdicts[k]
+        found.rows.append(
+            {
+                "prompt_id": task.prompt_ids[w.index],
+                "step": w.judged,
+                "position": p,
+                "draft_token": int(d),
+                "target_token": int(w.response[p]),
+                "label": 0 if verdict.safe else 1,
+                "risk": verdict.risk,
+                "similarity": verdict.similarity,
+                "answer_task": bool(task.answer_task[w.index]),
+                "criterion": verdict.criterion,
+                "_order": w.index,
+            }
+        )
+        found.draft_states.append(after.hidden[k, -1])
+        found.target_states.append(branches[k].first_hidden)
+
+
+def _advance_walks(
     draft: torch.nn.Module,
-    target: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    prompt_ids: Sequence[Any],
-    golds: Sequence[str | None],
-    max_new_tokens: int,
-    eos_token_ids: Sequence[int],
-    pad_token_id: int,
-    batch_size: int,
-    decode_text: Callable[[list[int]], str],
-    similarity: Callable[[list[str], list[str]], list[float]] | None = None,
-    similarity_threshold: float = 0.85,
-    max_mismatches_per_prompt: int | None = None,
-    hidden_dtype: Any = np.float32,
-    *,
-    label_max_new_tokens: int | None = None,
-    answer_marker: str = DEFAULT_ANSWER_MARKER,
-) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """Mine (mismatch, label) pairs with AutoJudge's semi-greedy walk (module docstring).
-
-    Per prompt (token ids, non-empty): the target's greedy response R0, at most
-    ``label_max_new_tokens`` tokens (default ``max_new_tokens``), ending early at EOS or, for
-    an answer task, once it states a complete answer (``marked_answer`` after
-    ``answer_marker``). Mismatches are mined among the first ``max_new_tokens`` positions (the
-    decoding budget: where decoding meets them): the draft, teacher-forced over the current
-    response, proposes d != R[p] at p. Walking them in order, the target continues prompt +
-    R[:p] + [d] greedily to the same total budget and stopping rule, giving the alternative A.
-
-    A prompt is an *answer task* iff it has a gold answer. When R0 and A both state an answer,
-    A is safe (label 0, risk 0) iff the answers agree (the target's own answer, as in
-    AutoJudge), else important (label 1, risk 1): criterion "answer". Otherwise (open text, or
-    a branch that never states an answer) s = ``similarity([text(A)], [text(R0)])``, A is
-    safe iff s >= ``similarity_threshold`` and its risk is the graded 1 - s (clipped to
-    [0, 1]): criterion "similarity". ``similarity`` None uses
-    ``edgespec.scoring.semantic_similarity`` when needed. Texts are ``decode_text`` of the
-    response tokens (prompt excluded).
-
-    Semi-greedy: a safe substitution is kept and the walk continues on A; an important one
-    keeps the current response. Answers are always compared with R0. At most
-    ``max_mismatches_per_prompt`` are judged per prompt (None: all). Prompts are processed
-    ``batch_size`` at a time, each walk step's branches batched together.
-
-    Returns (table, draft_hidden [N, H_d], target_hidden [N, H_t]), one row per judged
-    mismatch ordered by prompt then position, columns ``LABEL_COLUMNS``: prompt_id, step
-    (0-based order within the prompt), position p, draft_token, target_token (the current
-    response's token at p), label (1 = important), risk, similarity (NaN under the answer
-    criterion), answer_task, criterion. The hidden states are the after-token states of the
-    draft token (both models, state after consuming d at p; ``DraftRound`` convention), as
-    ``hidden_dtype``.
-    """
-    n = len(prompts)
-    label_budget = max_new_tokens if label_max_new_tokens is None else int(label_max_new_tokens)
-    if len(prompt_ids) != n or len(golds) != n:
-        raise ValueError("prompts, prompt_ids and golds need the same length")
-    if max_new_tokens < 1 or batch_size < 1:
-        raise ValueError("max_new_tokens and batch_size must be >= 1")
-    if label_budget < max_new_tokens:
-        raise ValueError(
-            f"label_max_new_tokens ({label_budget}) must be >= max_new_tokens ({max_new_tokens})"
-        )
-    if max_mismatches_per_prompt is not None and max_mismatches_per_prompt < 1:
-        raise ValueError("max_mismatches_per_prompt must be >= 1 or None")
-    for i, prompt in enumerate(prompts):
-        if len(prompt) < 1:
-            raise ValueError(f"prompt {i} is empty")
-    eos = set(int(t) for t in eos_token_ids)
-    cap = max_mismatches_per_prompt if max_mismatches_per_prompt is not None else math.inf
-    answer_task = [g is not None for g in golds]
-
-    def judge_similarity(texts: list[str], refs: list[str]) -> list[float]:
-        nonlocal similarity
-        if similarity is None:
-            from edgespec.scoring import semantic_similarity
-
-            similarity = semantic_similarity
-        scores = list(similarity(texts, refs))
-        if len(scores) != len(texts):
-            raise ValueError("similarity returned a wrong number of scores")
-        return [float(s) for s in scores]
-
-    rows: list[dict[str, Any]] = []
-    h_draft_rows: list[torch.Tensor] = []
-    h_target_rows: list[torch.Tensor] = []
-    progress = tqdm(total=n, desc="mine labels", unit="prompt")
-    for start in range(0, n, batch_size):
-        chunk = list(range(start, min(start + batch_size, n)))
-
-        def stop_rule(prefixes: Sequence[list[int]], owners: Sequence[int]):
-            return _answer_stop(prefixes, owners, answer_task, golds, decode_text, answer_marker)
-
-        # The original responses R0, after one prefill of the prompts.
-        originals = greedy_continue(
-            target,
-            prefill_rows(target, [prompts[i][:-1] for i in chunk], pad_token_id),
-            [[prompts[i][-1]] for i in chunk],
-            [label_budget] * len(chunk),
-            eos,
-            stop=stop_rule([[] for _ in chunk], chunk),
-            pad_token_id=pad_token_id,
-        )
-        refs: dict[int, _Branch] = {}
-        for i, cont in zip(chunk, originals, strict=True):
-            text = decode_text(list(cont.tokens))
-            answer = _stated_answer(cont.tokens, text, eos, answer_marker, golds[i])
-            refs[i] = _Branch(list(cont.tokens), text, answer if answer_task[i] else None)
-        mined = [min(len(refs[i].tokens), max_new_tokens) for i in chunk]
-        choices, draft_caches = _draft_choices(
+    task: MiningTask,
+    step: _Step,
+    verdicts: list[Verdict],
+    alternatives: list[Branch],
+    branches: list[Any],
+    after: _DraftAfter,
+) -> None:
+    """Move every walk past its judged mismatch. Semi-greedy: a safe alternative becomes the
+    walk's response, with the branch's target cache and the draft's choices (and cache) along
+    the new response; an important one keeps the current response."""
+    max_new = task.config.max_new_tokens
+    feeds, wanted, keep_idx = [], [], []
+    for k, (w, p) in enumerate(zip(step.walks, step.positions, strict=True)):
+        w.judged += 1
+        w.border = p + 1
+        if not verdicts[k].safe:
+            continue
+        w.response = alternatives[k].tokens
+        w.target_cache = branches[k].cache
+        m = min(len(w.response), max_new)
+        w.choices = w.choices[:p] + [step.draft_tokens[k]]
+        if m > p + 1:
+            w.choices.append(int(after.choice[k, -1]))
+        if m > p + 2:
+            feeds.append(w.response[p + 1 : m - 1])
+            wanted.append(len(feeds[-1]))
+            keep_idx.append(k)
+        else:
+            w.draft_cache = after.batch.row_cache(k)
+    if keep_idx:
+        more, caches = _draft_choices(
             draft,
-            prefill_rows(draft, [prompts[i][:-1] for i in chunk], pad_token_id),
-            [[prompts[i][-1], *refs[i].tokens[: m - 1]] for i, m in zip(chunk, mined, strict=True)],
-            mined,
-            pad_token_id,
+            [after.batch.row_cache(k) for k in keep_idx],
+            feeds,
+            wanted,
+            task.config.pad_token_id,
         )
-        walks = [
-            _Walk(i, list(refs[i].tokens), cont.cache, dcache, choice)
-            for i, cont, dcache, choice in zip(chunk, originals, draft_caches, choices, strict=True)
-        ]
+        for k, extra, cache in zip(keep_idx, more, caches, strict=True):
+            step.walks[k].choices.extend(extra)
+            step.walks[k].draft_cache = cache
 
-        while True:
-            walks = [w for w in walks if w.judged < cap and w.next_mismatch() is not None]
-            jobs = walks
-            if not jobs:
-                break
-            picks = [w.next_mismatch() for w in jobs]
-            draft_tokens = [w.choices[p] for w, p in zip(jobs, picks, strict=True)]
-            lengths = [len(prompts[w.index]) for w in jobs]
-            # Target branches: the alternative responses, from the cached prefix prompt + R[:p].
-            prefixes = [
-                w.response[:p] + [d] for w, p, d in zip(jobs, picks, draft_tokens, strict=True)
-            ]
-            branches = greedy_continue(
-                target,
-                [
-                    w.target_cache.prefix(n_p + p)
-                    for w, n_p, p in zip(jobs, lengths, picks, strict=True)
-                ],
-                [[d] for d in draft_tokens],
-                [
-                    0 if d in eos else label_budget - p - 1
-                    for p, d in zip(picks, draft_tokens, strict=True)
-                ],
-                eos,
-                stop=stop_rule(prefixes, [w.index for w in jobs]),
-                pad_token_id=pad_token_id,
-            )
-            # The draft's after-token state of d (and its next choice on the alternative).
-            draft_batch = BranchBatch(
-                draft,
-                [
-                    w.draft_cache.prefix(n_p + p)
-                    for w, n_p, p in zip(jobs, lengths, picks, strict=True)
-                ],
-            )
-            after_d, h_draft = draft_batch.feed([[d] for d in draft_tokens], 1, pad_token_id)
 
-            alternatives = [pre + b.tokens for pre, b in zip(prefixes, branches, strict=True)]
-            alt_texts = [decode_text(list(a)) for a in alternatives]
-            verdicts: list[tuple[bool, float, float, str]] = [None] * len(jobs)  # type: ignore[list-item]
-            fallback = []
-            for k, w in enumerate(jobs):
-                ref = refs[w.index]
-                alt_answer = (
-                    _stated_answer(
-                        alternatives[k], alt_texts[k], eos, answer_marker, golds[w.index]
-                    )
-                    if answer_task[w.index]
-                    else None
-                )
-                if ref.answer is not None and alt_answer is not None:
-                    safe = alt_answer == ref.answer
-                    verdicts[k] = (safe, 0.0 if safe else 1.0, math.nan, "answer")
-                else:
-                    fallback.append(k)
-            if fallback:
-                sims = judge_similarity(
-                    [alt_texts[k] for k in fallback], [refs[jobs[k].index].text for k in fallback]
-                )
-                for k, s in zip(fallback, sims, strict=True):
-                    risk = float(min(max(1.0 - s, 0.0), 1.0))
-                    verdicts[k] = (s >= similarity_threshold, risk, s, "similarity")
-
-            adopt = []
-            for k, (w, p, d) in enumerate(zip(jobs, picks, draft_tokens, strict=True)):
-                safe, risk, sim, criterion = verdicts[k]
-                rows.append(
-                    {
-                        "prompt_id": prompt_ids[w.index],
-                        "step": w.judged,
-                        "position": p,
-                        "draft_token": int(d),
-                        "target_token": int(w.response[p]),
-                        "label": 0 if safe else 1,
-                        "risk": risk,
-                        "similarity": sim,
-                        "answer_task": bool(answer_task[w.index]),
-                        "criterion": criterion,
-                        "_order": w.index,
-                    }
-                )
-                h_draft_rows.append(h_draft[k, -1])
-                h_target_rows.append(branches[k].first_hidden)
-                w.judged += 1
-                w.border = p + 1
-                if safe:
-                    adopt.append(k)
-            # Semi-greedy: a safe alternative becomes the walk's response (and caches).
-            if adopt:
-                feeds, wanted, keep_idx = [], [], []
-                for k in adopt:
-                    w, p = jobs[k], picks[k]
-                    w.response = alternatives[k]
-                    w.target_cache = branches[k].cache
-                    m = min(len(w.response), max_new_tokens)
-                    w.choices = w.choices[:p] + [draft_tokens[k]]
-                    if m > p + 1:
-                        w.choices.append(int(after_d[k, -1]))
-                    if m > p + 2:
-                        feeds.append(w.response[p + 1 : m - 1])
-                        wanted.append(len(feeds[-1]))
-                        keep_idx.append(k)
-                    else:
-                        w.draft_cache = draft_batch.row_cache(k)
-                if keep_idx:
-                    more, caches = _draft_choices(
-                        draft,
-                        [draft_batch.row_cache(k) for k in keep_idx],
-                        feeds,
-                        wanted,
-                        pad_token_id,
-                    )
-                    for k, extra, cache in zip(keep_idx, more, caches, strict=True):
-                        jobs[k].choices.extend(extra)
-                        jobs[k].draft_cache = cache
-        progress.update(len(chunk))
-    progress.close()
-
-    table = pd.DataFrame(rows, columns=[*LABEL_COLUMNS, "_order"])
+def _assemble_table(
+    found: _Found, draft: torch.nn.Module, target: torch.nn.Module, hidden_dtype: Any
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """The label table (``LABEL_COLUMNS``, ordered by prompt then position, typed) and the
+    after-token states in the same order, as ``hidden_dtype``."""
+    table = pd.DataFrame(found.rows, columns=[*LABEL_COLUMNS, "_order"])
     order = np.lexsort((table["position"].to_numpy(), table["_order"].to_numpy()))
     table = table.iloc[order].drop(columns="_order").reset_index(drop=True)
     table = table.astype(
@@ -389,19 +323,75 @@ def mine_labels(
             "criterion": str,
         }
     )
-    d_draft = draft.config.hidden_size if not h_draft_rows else h_draft_rows[0].shape[-1]
-    d_target = target.config.hidden_size if not h_target_rows else h_target_rows[0].shape[-1]
-    draft_hidden = (
-        torch.stack(h_draft_rows).double().numpy()[order]
-        if h_draft_rows
-        else np.zeros((0, d_draft))
-    )
-    target_hidden = (
-        torch.stack(h_target_rows).double().numpy()[order]
-        if h_target_rows
-        else np.zeros((0, d_target))
-    )
-    return table, draft_hidden.astype(hidden_dtype), target_hidden.astype(hidden_dtype)
+
+    def states(rows: list[torch.Tensor], model: torch.nn.Module) -> np.ndarray:
+        if not rows:
+            return np.zeros((0, model.config.hidden_size)).astype(hidden_dtype)
+        return torch.stack(rows).double().numpy()[order].astype(hidden_dtype)
+
+    return table, states(found.draft_states, draft), states(found.target_states, target)
+
+
+def mine_labels(
+    draft: torch.nn.Module,
+    target: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    prompt_ids: Sequence[Any],
+    golds: Sequence[str | None],
+    config: MiningConfig,
+    decode_text: Callable[[list[int]], str],
+    similarity: Similarity | None = None,
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """Mine (mismatch, label) pairs with AutoJudge's semi-greedy walk (module docstring).
+
+    Per prompt (token ids, non-empty): the target's greedy response R0, at most
+    ``config.label_budget`` tokens, ending early at EOS or, for an answer task, once it states
+    a complete answer (``marked_answer`` after ``config.answer_marker``). Mismatches are mined
+    among the first ``config.max_new_tokens`` positions (the decoding budget: where decoding
+    meets them): the draft, teacher-forced over the current response, proposes d != R[p] at p.
+    Walking them in order, the target continues prompt + R[:p] + [d] greedily to the same total
+    budget and stopping rule, giving the alternative A.
+
+    A prompt is an *answer task* iff it has a gold answer. When R0 and A both state an answer,
+    A is safe (label 0, risk 0) iff the answers agree (the target's own answer, as in
+    AutoJudge), else important (label 1, risk 1): criterion "answer". Otherwise (open text, or
+    a branch that never states an answer) s = ``similarity([text(A)], [text(R0)])``, A is
+    safe iff s >= ``config.similarity_threshold`` and its risk is the graded 1 - s (clipped to
+    [0, 1]): criterion "similarity". ``similarity`` None uses
+    ``edgespec.scoring.semantic_similarity`` when needed. Texts are ``decode_text`` of the
+    response tokens (prompt excluded).
+
+    Semi-greedy: a safe substitution is kept and the walk continues on A; an important one
+    keeps the current response. Answers are always compared with R0. At most
+    ``config.max_mismatches_per_prompt`` are judged per prompt (None: all). Prompts are
+    processed ``config.batch_size`` at a time, each walk step's branches batched together.
+
+    Returns (table, draft_hidden [N, H_d], target_hidden [N, H_t]), one row per judged
+    mismatch ordered by prompt then position, columns ``LABEL_COLUMNS``: prompt_id, step
+    (0-based order within the prompt), position p, draft_token, target_token (the current
+    response's token at p), label (1 = important), risk, similarity (NaN under the answer
+    criterion), answer_task, criterion. The hidden states are the after-token states of the
+    draft token (both models, state after consuming d at p; ``DraftRound`` convention), as
+    ``config.hidden_dtype``.
+    """
+    task = MiningTask(prompts, prompt_ids, golds, config, decode_text, similarity)
+    found = _Found()
+    n, size = len(prompts), config.batch_size
+    progress = tqdm(total=n, desc="mine labels", unit="prompt")
+    for start in range(0, n, size):
+        chunk = list(range(start, min(start + size, n)))
+        refs, walks = _start_walks(draft, target, task, chunk)
+        while walks := _choose_mismatches(walks, config.cap):
+            step = _substitute(task, walks)
+            branches = _continue_branches(target, task, step)
+            after = _draft_after_tokens(draft, task, step)
+            alternatives = _alternatives(task, step, branches)
+            verdicts = judge_branches(task, [refs[w.index] for w in step.walks], alternatives)
+            _record_labels(found, task, step, verdicts, after, branches)
+            _advance_walks(draft, task, step, verdicts, alternatives, branches, after)
+        progress.update(len(chunk))
+    progress.close()
+    return _assemble_table(found, draft, target, config.hidden_dtype)
 
 
 def criterion_counts(table: pd.DataFrame) -> dict[str, int]:
@@ -412,3 +402,21 @@ def criterion_counts(table: pd.DataFrame) -> dict[str, int]:
         ((table["criterion"] == "similarity") & table["answer_task"]).sum()
     )
     return counts
+
+
+def label_summary(
+    table: pd.DataFrame, golds: Sequence[str | None], config: MiningConfig, seconds: float
+) -> dict[str, Any]:
+    """The counts of one mining (rule mine_labels' summary.json): prompts (one per gold
+    answer, None for open text), answer-task prompts, mismatches, important and safe labels,
+    ``criterion_counts``, the label budget [tokens] and the wall time ``seconds`` [s]."""
+    return {
+        "prompts": len(golds),
+        "answer_task_prompts": sum(g is not None for g in golds),
+        "mismatches": len(table),
+        "important": int(table["label"].sum()),
+        "safe": int((table["label"] == 0).sum()),
+        "criterion": criterion_counts(table),
+        "label_max_new_tokens": config.label_max_new_tokens,
+        "seconds": seconds,
+    }

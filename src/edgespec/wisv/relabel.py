@@ -37,18 +37,36 @@ the budget, and the objective's increments C_rep - lam * r_(k) grow with k. The 
 therefore "repair the top k", with k = max(k_free, k_budget): k_free = #{j : lam * r_j > C_rep}
 and k_budget the fewest repairs that meet the budget. k_free falls as C_rep grows, and k_budget
 does not depend on the channel, so a worse channel never makes fewer mismatches safe.
+
+:func:`relabel_under_csi` is rule relabel_csi: CSI samples spanning the evaluation channels
+(``edgespec.wisv.csi``), each priced with its own repair cost (:func:`price_csi_samples`), and
+the programme per (sample, prompt).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import cvxpy as cp
 import numpy as np
 import pandas as pd
+
+from edgespec.wireless.delay import LatencyProfile
+from edgespec.wisv.csi import (
+    CsiSample,
+    csi_ranges,
+    repair_cost_rounds,
+    round_compute_s,
+    sample_csi,
+)
+from edgespec.wisv.protocols import fh_payload
+
+log = logging.getLogger(__name__)
 
 FEATURE_PREFIX = "phi_"
 """Prefix of the CSI feature columns (phi(c) in methods §4.1) in ``relabel_over_csi``'s output."""
@@ -335,3 +353,101 @@ def check_two_classes(labels: Any, what: str, detail: str = "") -> None:
         f"head needs both classes. The trade-off is set by {', '.join(TRADE_OFF_KEYS)} (and "
         "the prompts mined: data.datasets, data.calib_fraction)."
     )
+
+
+def price_csi_samples(
+    samples: Sequence[CsiSample],
+    feature_names: Sequence[str],
+    uplink_bits: float,
+    round_compute: float,
+) -> list[dict[str, Any]]:
+    """Each CSI sample as :func:`relabel_over_csi` takes it: its features ``feature_names``
+    and its own repair cost [rounds] (``csi.repair_cost_rounds`` of that sample, for an upload
+    of ``uplink_bits`` [bit] and a round of compute ``round_compute`` [s])."""
+    return [
+        {
+            "features": sample.features(feature_names),
+            "repair_cost": repair_cost_rounds(sample, uplink_bits, round_compute),
+        }
+        for sample in samples
+    ]
+
+
+@dataclass(frozen=True)
+class Relabeling:
+    """Rule relabel_csi's results: the relabeled rows (:func:`relabel_over_csi`), the safe
+    fraction per CSI sample (:func:`safe_fraction_by_channel` with each sample's
+    ``CsiSample.describe``) and the summary."""
+
+    relabeled: pd.DataFrame
+    safe: pd.DataFrame
+    summary: dict[str, Any]
+
+
+def relabel_under_csi(
+    table: pd.DataFrame,
+    draft_hidden_size: int,
+    profile: LatencyProfile,
+    channels: Mapping[str, Mapping[str, Any]],
+    wisv: Mapping[str, Any],
+    rng: np.random.Generator,
+    source: str = "the mined labels",
+) -> Relabeling:
+    """Relabel the mined mismatches ``table`` (``labels.LABEL_COLUMNS``, read from ``source``)
+    under CSI samples spanning the evaluation ``channels``, drawn from ``rng``.
+
+    ``wisv`` holds config keys wisv.relabel (gamma, num_csi_samples, lam_rounds_per_risk,
+    risk_budget, the ``*_range`` overrides), wisv.hidden_bits, wisv.correlation and
+    wisv.csi_features. A repair is priced per sample (:func:`price_csi_samples`) with the FH
+    upload of one gamma-token round (the draft's ``draft_hidden_size`` states, ids over the
+    vocabulary the table's tokens span) and T_0 of ``profile``. Each prompt's mismatches are
+    relabeled in response order (the programme's tie-break repairs earlier ones). Raises
+    RelabelError where the mined or the relabeled labels hold one class only.
+    """
+    cfg = wisv["relabel"]
+    check_two_classes(table["label"], f"the mined labels ({source})")
+    vocab_size = int(max(table["draft_token"].max(), table["target_token"].max()) + 1)
+    gamma = cfg["gamma"]
+    uplink_bits = fh_payload(gamma, vocab_size, draft_hidden_size, wisv["hidden_bits"]).uplink_bits
+    round_compute = round_compute_s(profile, gamma)
+    ranges = csi_ranges(channels, cfg)
+    samples = sample_csi(ranges, cfg["num_csi_samples"], rng, wisv["correlation"])
+    csi = price_csi_samples(samples, wisv["csi_features"], uplink_bits, round_compute)
+    costs = [c["repair_cost"] for c in csi]
+    ordered = table.sort_values(["prompt_id", "position"], kind="stable")
+    relabeled = relabel_over_csi(ordered, csi, cfg["lam_rounds_per_risk"], cfg["risk_budget"])
+    described = pd.DataFrame([{"csi_sample": i, **s.describe()} for i, s in enumerate(samples)])
+    safe = safe_fraction_by_channel(relabeled).merge(described, on="csi_sample")
+    safe_before = float((table["label"] == 0).mean())
+    log.info(
+        "T_0 = %.3f s per round; repair costs %.3f to %.3f rounds; safe fraction from %.3f "
+        "(best channel) to %.3f (worst), %.3f before relabeling",
+        round_compute,
+        min(costs),
+        max(costs),
+        safe["safe_fraction"].iloc[0],
+        safe["safe_fraction"].iloc[-1],
+        safe_before,
+    )
+    check_two_classes(
+        relabeled["label_csi"],
+        "the relabeled labels",
+        f" rows ({len(table)} mismatches x {len(samples)} CSI samples; repair costs "
+        f"{min(costs):.3f} to {max(costs):.3f} rounds of T_0 = {round_compute:.3f} s)",
+    )
+    summary = {
+        "round_compute_s": round_compute,
+        "uplink_bits": uplink_bits,
+        "ranges": {k: list(v) for k, v in ranges.items()},
+        "correlation": wisv["correlation"],
+        "lam_rounds_per_risk": cfg["lam_rounds_per_risk"],
+        "risk_budget": cfg["risk_budget"],
+        "csi_samples": len(samples),
+        "mismatches": len(table),
+        "safe_before": safe_before,
+        "safe_best_channel": float(safe["safe_fraction"].iloc[0]),
+        "safe_worst_channel": float(safe["safe_fraction"].iloc[-1]),
+        "safe_after": float((relabeled["label_csi"] == 0).mean()),
+        "repair_cost_rounds": [min(costs), max(costs)],
+    }
+    return Relabeling(relabeled, safe, summary)
