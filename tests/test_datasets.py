@@ -131,7 +131,7 @@ def test_load_instructions_sampling():
 
 
 def test_embedded_names():
-    assert EMBEDDED == ("instructions", "arithmetic")
+    assert EMBEDDED == ("instructions", "arithmetic", "humaneval")
     assert set(HUB_DATASETS) == {"gsm8k", "alpaca", "dolly", "strategyqa", "creak", "qed"}
 
 

@@ -101,6 +101,8 @@ def test_imports_run_one_way(layer, forbidden):
         "edgespec.wireless.delay",
         "edgespec.wireless.payload",
         "edgespec.data.answers",
+        "edgespec.data.humaneval",
+        "edgespec.code_execution",
         "edgespec.report",
         "edgespec.multidevice.edge",
         "edgespec.multidevice.uplink",

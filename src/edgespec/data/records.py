@@ -20,9 +20,9 @@ from typing import Any
 from edgespec.artifacts import default_file_mode
 from edgespec.data.answers import NUMERIC_GOLD
 
-TASKS = ("arithmetic", "instruction", "qa", "yesno")
+TASKS = ("arithmetic", "instruction", "qa", "yesno", "code")
 SPLITS = ("calib", "eval")
-EMBEDDED = ("instructions", "arithmetic")
+EMBEDDED = ("instructions", "arithmetic", "humaneval")
 REQUIRED_FIELDS = ("id", "prompt", "task", "source")
 NULLABLE_FIELDS = ("reference", "gold_answer", "split")  # may be absent (read as null)
 ALL_FIELDS = REQUIRED_FIELDS[:2] + ("reference", "gold_answer") + REQUIRED_FIELDS[2:] + ("split",)
