@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from edgespec.cuhlm.quality import interval_cell
 from edgespec.cuhlm.report import (
     FIGURES,
     JOINT_COLUMNS,
@@ -17,7 +18,6 @@ from edgespec.cuhlm.report import (
     build_report,
     calibration_text,
     draw_figures,
-    interval_cell,
     slm_only_warning,
     variant_rows,
 )
@@ -160,10 +160,10 @@ def test_report_tables_and_the_paper_comparison_by_hand():
     assert page.endswith("\n") and page.startswith("# CU-HLM family: measured results\n\n")
     assert (
         "| CU-HLM | token throughput vs standard HLM | 206x | 10 dB Rayleigh, online | "
-        "2x [2, 2.45] | cuhlm_online | rayleigh_snr10 |"
+        "2x [2, 2.45] |  |  |  | cuhlm_online | rayleigh_snr10 |"
     ) in page
     # a condition outside the sweep reads n/a, not the nearest one
-    assert "| -20 dB, offline | n/a | cuhlm_offline | rayleigh_snr-20 |" in page
+    assert "| -20 dB, offline | n/a |  |  |  | cuhlm_offline | rayleigh_snr-20 |" in page
     assert "not evaluated (latency.paper_hardware.enabled: false)" in page
     assert "so a full upload is 0.00x the papers'" in page  # 64 / 32000
     assert "Offline k* = 7 of |V| = 64" in page and "k* = 5, u_th = -1." in page

@@ -23,6 +23,7 @@ import yaml
 
 from edgespec.artifacts import current_umask, read_json
 from edgespec.config import REPO_ROOT
+from edgespec.report import HEADLINE_COLUMNS
 from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile")]
@@ -303,16 +304,11 @@ def test_smoke_run_reports_every_variant(smoke_run):
     exact = cuhlm[cuhlm["variant"] == "cuhlm_exact"]
     assert (exact["output_tvd_mean"] < 1e-6).all()
     headline = pd.read_csv(smoke_run / "results/report/cuhlm_headline.csv")
-    assert list(headline.columns) == [
-        "metric",
-        "paper",
-        "ours",
-        "ours_lo",
-        "ours_hi",
-        "unit",
-        "where",
-    ]
+    assert list(headline.columns) == list(HEADLINE_COLUMNS)
     assert {206.0, 1014.0} <= set(headline["paper"])
+    # every quality claim carries its floor, detectable difference and verdict
+    claims = headline[headline["verdict"].notna()]
+    assert len(claims) == 4 and (claims["floor"] == 100.0).all()
     joint = pd.read_csv(smoke_run / "results/cuhlm/calibration/joint_kstar.csv")
     assert set(joint["channel"]) == {"rayleigh_snr-20", "rayleigh_snr10"}
     assert joint["decoded"].sum() == 1

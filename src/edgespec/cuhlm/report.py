@@ -11,17 +11,22 @@ a bootstrap over prompts (``edgespec.cuhlm.summary``); a cell reads ``point [lo,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from edgespec import plots
+from edgespec.cuhlm.quality import QUALITY_TEXT, budget_rows, interval_cell, quality_rows
 from edgespec.cuhlm.summary import summary_table
 from edgespec.hardware import HardwareSpec, roofline_profile
-from edgespec.intervals import Interval
-from edgespec.report import headline_table, markdown_table, paper_comparison, precision_paragraph
+from edgespec.report import (
+    decidable_line,
+    headline_table,
+    markdown_table,
+    paper_comparison,
+    precision_paragraph,
+)
 
 PAPERS_VOCAB_SIZE = 32000
 """The vocabulary of the papers' pair (TinyLlama / Llama-2), tokens."""
@@ -165,19 +170,6 @@ def paper_hardware_text(paper_hardware: Mapping, vocab_size: int, uncertainty_sa
     )
 
 
-def interval_cell(row: Mapping, column: str, scale: float = 1.0, unit: str = "") -> str:
-    """``row[column]`` as ``"point [lo, hi]"`` (3 significant digits, each times ``scale``,
-    ``unit`` after the point), the point alone where the row has no interval, ``"n/a"`` where
-    the point is NaN."""
-    point, low, high = row[column], row.get(f"{column}_lo"), row.get(f"{column}_hi")
-    if pd.isna(point):
-        return "n/a"
-    if low is None or pd.isna(low) or pd.isna(high):
-        return f"{point * scale:.3g}{unit}"
-    # The level does not enter the text.
-    return Interval(point, low, high, level=math.nan).format(".3g", scale, unit)
-
-
 def variant_rows(frame: pd.DataFrame, profiles: Mapping[str, str]) -> pd.DataFrame:
     """One row per (variant, channel) of ``frame`` (summary rows), the profile-dependent
     columns side by side (one per profile), then the token-level and accuracy figures."""
@@ -283,6 +275,7 @@ def render_markdown(
     inputs: ReportInputs,
     settings: ReportSettings,
     profiles: Mapping[str, str],
+    headline: pd.DataFrame | None = None,
 ) -> str:
     """``cuhlm_summary.md``: the run's setting, then the paper comparison, the joint programme
     over the sweep, the exact-verification rows at ``cuhlm.kstar_channel``, the thresholds, the
@@ -300,7 +293,13 @@ def render_markdown(
         calibration_text(inputs.fit),
         kstar_text(inputs.kstar, channel),
         "## Against the papers' numbers (same metric definitions)",
+        decidable_line(headline if headline is not None else headline_table(summary, profiles)),
+        QUALITY_TEXT,
         markdown_table(paper_comparison(summary, dict(profiles))),
+        "## Quality against its noise floor (HLM, lossless; paired by prompt)",
+        markdown_table(quality_rows(summary)),
+        "## Token budget (per dataset)",
+        markdown_table(budget_rows(inputs.scores)),
         "## Joint k* and u_th against SNR (one programme per channel; only "
         f"{channel} is decoded, as cuhlm_joint)",
         markdown_table(inputs.joint[list(JOINT_COLUMNS)]),
@@ -323,10 +322,11 @@ def build_report(inputs: ReportInputs, settings: ReportSettings) -> CuhlmReport:
     """The summary, headline table and Markdown page of one run (module docstring)."""
     summary = ordered_summary(inputs, settings)
     profiles = latency_profiles(inputs.profile, summary)
+    headline = headline_table(summary, profiles)
     return CuhlmReport(
         summary=summary,
-        headline=headline_table(summary, profiles),
-        markdown=render_markdown(summary, inputs, settings, profiles),
+        headline=headline,
+        markdown=render_markdown(summary, inputs, settings, profiles, headline),
         profiles=profiles,
     )
 
