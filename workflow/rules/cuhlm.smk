@@ -108,6 +108,7 @@ rule joint_kstar:
         profile="results/latency/profile.json",
     output:
         joint="results/cuhlm/calibration/joint_kstar.csv",
+        sensitivity="results/cuhlm/calibration/joint_sensitivity.csv",
     log:
         "logs/joint_kstar.log",
     # Seconds: on a cluster, batched with the evaluation jobs (see evaluate_cuhlm).
@@ -121,7 +122,12 @@ rule joint_kstar:
         runtime=grows_with_attempt(10),
     params:
         cuhlm=pick(
-            config["cuhlm"], "kstar_channel", "prob_bits", "theta_tv", "risk_budget"
+            config["cuhlm"],
+            "kstar_channel",
+            "prob_bits",
+            "theta_tv",
+            "risk_budget",
+            "risk_budgets",
         ),
         channels=CHANNELS,
     script:
@@ -265,6 +271,7 @@ rule report_cuhlm:
         kstar="results/cuhlm/calibration/kstar.json",
         k_table="results/cuhlm/calibration/k_table.csv",
         joint="results/cuhlm/calibration/joint_kstar.csv",
+        joint_sensitivity="results/cuhlm/calibration/joint_sensitivity.csv",
         profile="results/latency/profile.json",
         traces=trace_tables(),
         provenance=model_provenance(),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from edgespec import plots
@@ -27,6 +28,7 @@ from edgespec.report import (
     paper_comparison,
     precision_paragraph,
 )
+from edgespec.wireless.payload import upload_bits
 
 PAPERS_VOCAB_SIZE = 32000
 """The vocabulary of the papers' pair (TinyLlama / Llama-2), tokens."""
@@ -75,7 +77,7 @@ class ReportInputs:
     (``profile.json``, seconds), the model provenance, ``precision.json`` and (where a model was
     quantised) ``quantization.json``; the evaluated metrics of every variant, its decoded tokens
     (variant -> table), the text scores, and the calibration tables ``thresholds.csv``,
-    ``k_table.csv`` and ``joint_kstar.csv``."""
+    ``k_table.csv``, ``joint_kstar.csv`` and ``joint_sensitivity.csv``."""
 
     fit: dict
     kstar: dict
@@ -89,6 +91,7 @@ class ReportInputs:
     thresholds: pd.DataFrame
     k_table: pd.DataFrame
     joint: pd.DataFrame
+    joint_sensitivity: pd.DataFrame | None = None
 
 
 @dataclass
@@ -237,6 +240,58 @@ def kstar_text(kstar: dict, channel: str) -> str:
     )
 
 
+def joint_moves(sensitivity: pd.DataFrame) -> pd.DataFrame:
+    """Per (fading, risk_budget, bandwidth) of ``joint_sensitivity.csv``
+    (``edgespec.cuhlm.joint.joint_sensitivity``): the distinct (u_th, k*) choices across the SNRs
+    (``choices``), their ranges, and ``moves`` (True where the channel changes the choice)."""
+    solved = sensitivity[sensitivity["status"] != "infeasible"]
+    keys = ["fading", "risk_budget", "bandwidth_factor"]
+    rows = []
+    for key, group in solved.groupby(keys, sort=True):
+        pairs = group[["u_th", "k_star"]].drop_duplicates()
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "bandwidth_hz": float(group["bandwidth_hz"].max()),
+                "snr_db": f"{group['snr_db'].min():g} to {group['snr_db'].max():g}",
+                "choices": len(pairs),
+                "k_star": f"{int(group['k_star'].min())}-{int(group['k_star'].max())}",
+                "u_th": f"{group['u_th'].min():.3g}-{group['u_th'].max():.3g}",
+                "max_upload_ms": 1e3 * float(group["upload_s"].max()),
+                "moves": len(pairs) > 1,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def joint_text(
+    joint: pd.DataFrame, profile: Mapping, budget: float, prob_bits: int, vocab_size: int
+) -> str:
+    """Whether the joint programme's choice moves over the sweep, and if not why: the risk
+    budget binds, and an upload of k* entries costs little against tau_LLM at every rate."""
+    solved = joint.dropna(subset=["k_star"])
+    if solved.empty:
+        return ""
+    pairs = solved[["u_th", "k_star"]].drop_duplicates()
+    span = f"{solved['snr_db'].min():g} to {solved['snr_db'].max():g} dB"
+    if len(pairs) > 1:
+        return f"The joint programme's choice moves with the channel over {span}."
+    u_th, k_star = pairs.iloc[0]
+    slowest = float(solved["ergodic_rate_bps"].min())
+    bits = float(upload_bits(np.asarray([int(k_star)]), vocab_size, prob_bits)[0])
+    risk = solved["skip_risk"].max()
+    return (
+        f"The joint programme chooses the same (u_th, k*) = ({u_th:.3g}, {int(k_star)}) at "
+        f"every channel ({span}): its skip risk {risk:.3g} is at the risk budget {budget:g}, "
+        f"so the budget, not the rate, sets the skip rate, and an upload of k* entries "
+        f"({bits / 8:.0f} B) takes {1e3 * bits / slowest:.3g} ms even at the slowest ergodic "
+        f"rate ({slowest / 1e6:.3g} Mbit/s), against tau_LLM = "
+        f"{1e3 * profile['target_token_s']:.3g} ms per verification. Re-solved under other "
+        "risk budgets and slower uplinks (the sweep's bandwidth times a factor), the choice "
+        "moves with the SNR where `moves` says so:"
+    )
+
+
 def _intervals_text(seeds: int, settings: ReportSettings) -> str:
     return (
         "Every delay-based figure (throughput, latency, gain over HLM) is the median over "
@@ -268,6 +323,17 @@ def _profiles_text(
         f"{vocab_size}, so a full upload is {vocab_size / PAPERS_VOCAB_SIZE:.2f}x the papers' "
         "in both columns."
     )
+
+
+def _sensitivity_sections(inputs: ReportInputs, settings: ReportSettings) -> list[str]:
+    if inputs.joint_sensitivity is None or inputs.joint_sensitivity.empty:
+        return []
+    budget = inputs.kstar["joint"]["risk_budget"]
+    vocab_size = inputs.kstar["vocab_size"]
+    return [
+        joint_text(inputs.joint, inputs.profile, budget, settings.prob_bits, vocab_size),
+        markdown_table(joint_moves(inputs.joint_sensitivity)),
+    ]
 
 
 def render_markdown(
@@ -303,6 +369,7 @@ def render_markdown(
         "## Joint k* and u_th against SNR (one programme per channel; only "
         f"{channel} is decoded, as cuhlm_joint)",
         markdown_table(inputs.joint[list(JOINT_COLUMNS)]),
+        *_sensitivity_sections(inputs, settings),
         f"## What exact verification costs ({channel})",
         "cuhlm_exact draws d from the uploaded x_hat (same k* and bytes as "
         "cuhlm_offline), so its output law is y: TVD(y_hat, y) = 0.",
