@@ -372,7 +372,11 @@ def render_markdown(
         *_sensitivity_sections(inputs, settings),
         f"## What exact verification costs ({channel})",
         "cuhlm_exact draws d from the uploaded x_hat (same k* and bytes as "
-        "cuhlm_offline), so its output law is y: TVD(y_hat, y) = 0.",
+        "cuhlm_offline), so its output law is y: TVD(y_hat, y) = 0 to float64 rounding. "
+        "(With q = p, TVD(y_hat, y) is half the difference of the two laws' sums; a float32 "
+        "softmax over the vocabulary sums to 1 only to about 1e-5, which the decode table "
+        "once recorded as a distortion; it now renormalises both laws in float64: "
+        "`bench/exact_distortion.py`, methods §3.4.)",
         markdown_table(variant_rows(exact_rows, profiles)),
         "## Thresholds",
         markdown_table(inputs.thresholds),
