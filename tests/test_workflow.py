@@ -106,6 +106,32 @@ def test_small_datasets_share_model_jobs_until_they_fill_a_batch(tmp_path):
     assert counts["decode_cuhlm"] == 2 * len(CUHLM_VARIANTS) and counts["mine_labels"] == 2
 
 
+def test_a_dataset_may_set_its_own_calibration_share(tmp_path):
+    """20 HumanEval problems with calib_fraction 0.2 bring 16 evaluation prompts, a batch:
+    their own decode jobs; at data.calib_fraction (0.5) their 10 would share a job with
+    arithmetic's 2."""
+    study = _write_yaml(
+        tmp_path / "split.yaml",
+        {
+            "data": {
+                "datasets": {
+                    "humaneval": {"source": "humaneval", "n": 20, "calib_fraction": 0.2},
+                    "arithmetic": {"source": "arithmetic", "n": 4},
+                }
+            },
+            "cuhlm": {"variants": ["llm_only", "hlm", "uhlm_risk_prone"]},
+            "multidevice": {"enabled": False},
+        },
+    )
+    proc = _run(
+        ["-n", "--cores", "2", "--configfile", str(study), "--directory", str(tmp_path)],
+        tmp_path,
+    )
+    assert "results/cuhlm/decode/hlm/humaneval/tokens.parquet" in proc.stdout
+    assert "results/cuhlm/decode/hlm/arithmetic/tokens.parquet" in proc.stdout
+    assert _job_counts(proc.stdout)["decode_cuhlm"] == 3 * 2
+
+
 def test_a_quantised_draft_is_measured_and_a_quantised_target_needs_float32(tmp_path):
     draft_only = _write_yaml(
         tmp_path / "q.yaml", {"models": {"dtype": "bfloat16", "quantize": "int8_dynamic_draft"}}

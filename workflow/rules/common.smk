@@ -38,13 +38,19 @@ MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
 DATASETS = sorted(config["data"]["datasets"])
 
 
+def calib_fraction_of(name):
+    """A dataset's own calib_fraction, else data.calib_fraction."""
+    spec = config["data"]["datasets"][name]
+    return spec.get("calib_fraction") or config["data"]["calib_fraction"]
+
+
 def dataset_shards(split):
     """Shards of the datasets for a stage that reads their ``split`` (edgespec.shards): a
     dataset with a batch of such prompts is decoded by jobs of its own, smaller consecutive
     ones share jobs until they fill a batch."""
     sizes = {
         name: split_sizes(
-            config["data"]["datasets"][name]["n"], config["data"]["calib_fraction"]
+            config["data"]["datasets"][name]["n"], calib_fraction_of(name)
         )[split]
         for name in DATASETS
     }
@@ -232,7 +238,9 @@ def eval_prompt_files():
 
 
 def dataset_spec(wildcards):
-    return config["data"]["datasets"][wildcards.dataset]
+    """What a dataset's prompts are drawn from (its split is the calib_fraction param)."""
+    spec = config["data"]["datasets"][wildcards.dataset]
+    return {key: value for key, value in spec.items() if key != "calib_fraction"}
 
 
 def dataset_files(wildcards):
