@@ -223,6 +223,14 @@ def _field(match: pd.DataFrame, column: str) -> float:
     return float(match.iloc[0][column])
 
 
+def verdict_at_n(low: float, high: float, paper: float, claim: str, n: float) -> str:
+    """:func:`claim_verdict`, an undecided one naming the prompts it was undecided at."""
+    verdict = claim_verdict(low, high, paper, claim)
+    if verdict == UNDECIDED and math.isfinite(n):
+        verdict = f"undecided at n={n:.0f}"
+    return verdict
+
+
 @dataclass(frozen=True)
 class ClaimCheck:
     """A quality claim against our figure: the floor (1 = a lossless method's value of a
@@ -242,9 +250,7 @@ def check_claim(match: pd.DataFrame, ref: PaperNumber) -> ClaimCheck:
     ``edgespec.cuhlm.summary.quality_statistics``)."""
     _, low, high = _value(match, ref.column)
     n = _field(match, f"{ref.column}_n")
-    verdict = claim_verdict(low, high, ref.value / 100.0, ref.claim)
-    if verdict == UNDECIDED and math.isfinite(n):
-        verdict = f"undecided at n={n:.0f}"
+    verdict = verdict_at_n(low, high, ref.value / 100.0, ref.claim, n)
     return ClaimCheck(
         floor=1.0,
         raw_floor=_field(match, "floor_" + ref.column.removeprefix("relative_")),
