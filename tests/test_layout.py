@@ -92,6 +92,7 @@ def test_imports_run_one_way(layer, forbidden):
         "edgespec.cuhlm.evaluate",
         "edgespec.cuhlm.report",
         "edgespec.cuhlm.quality",
+        "edgespec.cuhlm.pilot",
         "edgespec.cuhlm.summary",
         "edgespec.hardware",
         "edgespec.wisv.evaluate",
