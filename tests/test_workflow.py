@@ -132,6 +132,27 @@ def test_a_dataset_may_set_its_own_calibration_share(tmp_path):
     assert _job_counts(proc.stdout)["decode_cuhlm"] == 3 * 2
 
 
+def test_a_train_split_trains_the_head_apart_from_calibration(tmp_path):
+    """With data.train_fraction the head's labels are mined on the train split: 16 prompts of
+    each dataset at 0.25 + 0.25 give 4 calibration, 4 training and 8 evaluation prompts; one
+    mining job takes both datasets' 4."""
+    three = _write_yaml(
+        tmp_path / "three.yaml", {"data": {"calib_fraction": 0.25, "train_fraction": 0.25}}
+    )
+    proc = _run(
+        ["-n", "--cores", "2", "--configfile", str(three), "--directory", str(tmp_path)],
+        tmp_path,
+    )
+    assert "results/wisv/labels/arithmetic+instructions/mismatches.parquet" in proc.stdout
+    counts = _job_counts(proc.stdout)
+    assert counts["mine_labels"] == 1 and counts["collect_traces"] == 2
+    bad = _write_yaml(
+        tmp_path / "bad.yaml", {"data": {"train_fraction": 0.5, "calib_fraction": 0.5}}
+    )
+    failed = _run(["-n", "--configfile", str(bad), "--directory", str(tmp_path)], tmp_path, False)
+    assert failed.returncode != 0 and "train_fraction" in failed.stdout + failed.stderr
+
+
 def test_a_quantised_draft_is_measured_and_a_quantised_target_needs_float32(tmp_path):
     draft_only = _write_yaml(
         tmp_path / "q.yaml", {"models": {"dtype": "bfloat16", "quantize": "int8_dynamic_draft"}}

@@ -98,28 +98,48 @@ def load_records(
     return _sample(records, n, rng)
 
 
-def split_sizes(total: int, calib_fraction: float) -> dict[str, int]:
-    """How many of ``total`` records :func:`assign_splits` marks "calib" and "eval"."""
+def split_sizes(
+    total: int, calib_fraction: float, train_fraction: float | None = None
+) -> dict[str, int]:
+    """How many of ``total`` records :func:`assign_splits` marks "calib", "train" and "eval".
+
+    ``train_fraction`` (None: no "train" split) takes round(train_fraction * total) of what
+    calibration leaves, keeping at least one record for evaluation."""
     if not 0.0 <= calib_fraction <= 1.0:
         raise DatasetError(f"calib_fraction must be in [0, 1], got {calib_fraction}")
+    if train_fraction is not None and not 0.0 <= train_fraction + calib_fraction < 1.0:
+        raise DatasetError(
+            f"calib_fraction + train_fraction must be in [0, 1), got {calib_fraction} + "
+            f"{train_fraction}"
+        )
     n_calib = int(round(calib_fraction * total))
     if 0.0 < calib_fraction < 1.0 and total >= 2:
         n_calib = min(max(n_calib, 1), total - 1)
-    return {"calib": n_calib, "eval": total - n_calib}
+    n_train = 0
+    if train_fraction:
+        n_train = min(max(int(round(train_fraction * total)), 1), max(total - n_calib - 1, 0))
+    return {"calib": n_calib, "train": n_train, "eval": total - n_calib - n_train}
 
 
 def assign_splits(
-    records: Sequence[PromptRecord], calib_fraction: float, rng: np.random.Generator
+    records: Sequence[PromptRecord],
+    calib_fraction: float,
+    rng: np.random.Generator,
+    train_fraction: float | None = None,
 ) -> list[PromptRecord]:
-    """Mark round(calib_fraction * len) records "calib" and the rest "eval", chosen by ``rng``.
+    """Mark round(calib_fraction * len) records "calib", round(train_fraction * len) "train"
+    (WISV's head training, none without ``train_fraction``) and the rest "eval", chosen by one
+    permutation from ``rng``, so the three are disjoint.
 
     The order of ``records`` is kept. With 0 < calib_fraction < 1 and at least two records,
-    both splits get at least one record.
+    calibration and evaluation get at least one record each.
     """
     total = len(records)
-    n_calib = split_sizes(total, calib_fraction)["calib"]
-    calib = set(rng.permutation(total)[:n_calib].tolist())
+    sizes = split_sizes(total, calib_fraction, train_fraction)
+    order = rng.permutation(total)
+    calib = set(order[: sizes["calib"]].tolist())
+    train = set(order[sizes["calib"] : sizes["calib"] + sizes["train"]].tolist())
     return [
-        dataclasses.replace(r, split="calib" if i in calib else "eval")
+        dataclasses.replace(r, split="calib" if i in calib else "train" if i in train else "eval")
         for i, r in enumerate(records)
     ]
