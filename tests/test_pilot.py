@@ -49,3 +49,17 @@ def test_the_pilot_command_prints_the_table(tmp_path, capsys):
     assert "| arithmetic | cuhlm_online | semantic_accuracy | 4 |" in out
     with pytest.raises(KeyError, match="hlm"):
         pilot_table(_scores().query("variant != 'hlm'"))
+
+
+def test_a_figure_against_llm_only_is_sized_from_a_second_lossless_sample():
+    """U-HLM's similarity to LLM-only has no pilot variant to pair with: the floor's (HLM's)
+    scores b stand for two independent lossless samples, sd = sqrt(2) sd(b) / mean(b)."""
+    scores = _scores()
+    scores.loc[scores["variant"] == "hlm", "similarity_to_llm"] = [0.6, 0.8, 0.7, 0.9]
+    table = pilot_table(scores).set_index(["variant", "metric"])
+    row = table.loc[("lossless_pair", "similarity_to_llm")]
+    sd_b = math.sqrt(((0.15**2 + 0.05**2) * 2) / 3)  # b's deviations from 0.75, ddof 1
+    assert row["floor"] == pytest.approx(0.75) and row["relative"] == pytest.approx(1.0)
+    assert row["sd"] == pytest.approx(math.sqrt(2) * sd_b / 0.75)  # 0.2811
+    assert row["n_needed"] == math.ceil((Z95_80 * row["sd"] / 0.02) ** 2)
+    assert ("lossless_pair", "semantic_accuracy") not in table.index
