@@ -24,8 +24,23 @@ from edgespec.profiling import (
     measure_vocabulary_operations,
     topk_ladder,
 )
-from edgespec.report import headline_table, markdown_table, paper_comparison, precision_paragraph
+from edgespec.report import (
+    format_figure,
+    headline_table,
+    markdown_table,
+    paper_comparison,
+    precision_paragraph,
+)
 from edgespec.wireless.delay import LatencyProfile
+
+
+def test_format_figure_per_unit():
+    assert format_figure(0.9025, "x") == "0.902x"
+    assert format_figure(1014.2, "x") == "1014x"  # no exponent notation from 1000 on
+    assert format_figure(0.748, "%", scale=100) == "74.8%"
+    assert format_figure(12.0, "devices") == "12 devices"
+    assert format_figure(0.5, "") == "0.5"
+    assert format_figure(None, "x") == format_figure(math.nan, "%") == "n/a"
 
 
 def test_paper_comparison_reads_the_named_condition():

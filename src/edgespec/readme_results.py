@@ -32,6 +32,8 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from edgespec.report import format_figure
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT_DIR = REPO_ROOT / "docs" / "results"
 OTHER_MACHINES = "other_machines"
@@ -128,16 +130,9 @@ def _number(text: str) -> float:
 
 
 def _fmt(value: float, unit: str) -> str:
-    if math.isinf(value):
-        return "not reached"
-    if not math.isfinite(value):
-        return "n/a"
-    if unit == "%":
-        return f"{value:.1f}%"
-    text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"  # no exponent notation
-    if unit == "x":
-        return f"{text}x"
-    return f"{text}{' ' + unit if unit else ''}"
+    """A headline CSV figure (percentages already in percent); an infinite one is a limit the
+    sweep did not reach (the many-devices saturation counts)."""
+    return "not reached" if math.isinf(value) else format_figure(value, unit)
 
 
 def _paper(text: str, unit: str) -> str:
