@@ -10,6 +10,9 @@ Two sources of randomness decide most figures (methods §6, reporting):
   a small prompt set; they get a percentile bootstrap interval over prompts
   (:func:`bootstrap_interval`, 95% by default), drawn from a seeded generator passed in.
 
+Every report table prints a figure and its interval the same way, ``"3.85 [3.50, 7.00]"``
+(:func:`format_interval`, with its rules for a missing figure or interval).
+
 Torch-free, so the evaluation and report jobs stay cheap to start.
 """
 
