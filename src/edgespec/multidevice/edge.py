@@ -30,36 +30,13 @@ or the number of devices still decoding) or the oldest has waited ``window_s``. 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    try:
-        out = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}") from None
-    if out != float(value) or out < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return out
-
-
-def _seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not (math.isfinite(out) and out > 0):
-        raise ValueError(f"{name} must be a finite time > 0 s, got {value!r}")
-    return out
+from edgespec import checks
 
 
 class BatchTimes:
@@ -74,17 +51,19 @@ class BatchTimes:
             raise ValueError("target batch times must map tokens per row -> {batch: seconds}")
         rows: dict[int, dict[int, float]] = {}
         for tokens_key, sizes in table.items():
-            tokens = _positive_int("tokens per row", tokens_key)
+            tokens = checks.integer("tokens per row", tokens_key)
             if tokens in rows:
                 raise ValueError(f"target batch times give tokens={tokens} twice")
             if not isinstance(sizes, Mapping) or not sizes:
                 raise ValueError(f"target batch times[{tokens}] must map batch size -> seconds")
             row: dict[int, float] = {}
             for batch_key, seconds in sizes.items():
-                batch = _positive_int(f"batch size of tokens={tokens}", batch_key)
+                batch = checks.integer(f"batch size of tokens={tokens}", batch_key)
                 if batch in row:
                     raise ValueError(f"target batch times[{tokens}] give batch={batch} twice")
-                row[batch] = _seconds(f"target batch times[{tokens}][{batch}]", seconds)
+                row[batch] = checks.seconds(
+                    f"target batch times[{tokens}][{batch}]", seconds, positive=True
+                )
             if 1 not in row:
                 raise ValueError(
                     f"target batch times[{tokens}] lack batch size 1, the single-request time "
@@ -145,8 +124,8 @@ class BatchTimes:
         """One forward over ``tokens`` new tokens in each of ``batch`` rows [s] (module
         docstring: linear interpolation in the batch, then in the tokens; ValueError
         outside the timed range)."""
-        tokens = _positive_int("tokens", tokens)
-        batch = _positive_int("batch", batch)
+        tokens = checks.integer("tokens", tokens)
+        batch = checks.integer("batch", batch)
         if tokens in self.table:
             return self._row_seconds(tokens, batch)
         if batch > self.max_batch(tokens):
@@ -181,11 +160,8 @@ class BatchingPolicy:
 
     def __post_init__(self) -> None:
         if self.max_batch is not None:
-            object.__setattr__(self, "max_batch", _positive_int("max_batch", self.max_batch))
-        window = float(self.window_s)
-        if not (math.isfinite(window) and window >= 0):
-            raise ValueError(f"window_s must be a finite time >= 0 s, got {self.window_s!r}")
-        object.__setattr__(self, "window_s", window)
+            object.__setattr__(self, "max_batch", checks.integer("max_batch", self.max_batch))
+        object.__setattr__(self, "window_s", checks.seconds("window_s", self.window_s))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BatchingPolicy:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgespec.intervals import SEED_LEVEL, seed_interval
+from edgespec.intervals import SEED_LEVEL, format_interval, seed_interval
 from edgespec.report import HEADLINE_COLUMNS
 
 KEY = ("method", "channel", "uplink")
@@ -218,13 +218,7 @@ def display_table(summary: pd.DataFrame, columns: Mapping[str, tuple[str, str]])
     out = summary[[*KEY, "devices", "seeds"]].copy()
     for label, (metric, fmt) in columns.items():
         out[label] = [
-            "n/a"
-            if not np.isfinite(p)
-            else (
-                format(p, fmt)
-                if not (np.isfinite(lo) and np.isfinite(hi)) or lo == hi == p
-                else f"{format(p, fmt)} [{format(lo, fmt)}, {format(hi, fmt)}]"
-            )
+            format_interval(p, lo, hi, fmt, collapse_equal=True)
             for p, lo, hi in zip(
                 summary[metric], summary[f"{metric}_lo"], summary[f"{metric}_hi"], strict=True
             )
