@@ -106,6 +106,11 @@ def test_imports_run_one_way(layer, forbidden):
         "edgespec.multidevice.workload",
         "edgespec.multidevice.sweep",
         "edgespec.multidevice.summary",
+        "edgespec.multidevice.batchprofile",
+        "edgespec.multidevice.devices",
+        "edgespec.multidevice.capacity",
+        "edgespec.multidevice.report",
+        "edgespec.multidevice.job",
     ],
 )
 def test_evaluation_modules_import_neither_torch_nor_transformers(module):

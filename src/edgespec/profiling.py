@@ -186,53 +186,89 @@ def measure_head_round_s(head: torch.nn.Module, gamma: int, csi, repeats: int) -
 # ---------------------------------------------------------------------------------------------
 
 
-@torch.inference_mode()
-def measure_target_batch_times(
+class BatchedForwardTimer:
+    """One KV-cached target forward over ``tokens`` new tokens in each of ``batch`` rows after
+    ``context`` tokens, timed (a callable for ``edgespec.multidevice.batchprofile.collect``).
+
+    Each context is ``prompt`` continued by its own tokens repeated up to that length, prefilled
+    once at batch 1; its cache is then repeated to every batch size, so no batch is prefilled,
+    and each timed forward is cropped off again, so every call sees the same context. Tokens 1
+    is CU-HLM's verification forward, s + 1 one after s skipped tokens, gamma + 1 a WISV
+    round's. :meth:`warm_up` runs every cell once (first calls allocate and pick kernels)."""
+
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        prompt: Sequence[int],
+        contexts: Sequence[int],
+        batch_sizes: Sequence[int],
+    ):
+        import copy
+
+        if len(prompt) < 1:
+            raise ValueError("need a non-empty prompt to time batched forwards")
+        if not contexts or min(contexts) < len(prompt):
+            raise ValueError(f"contexts {list(contexts)} must be >= the prompt ({len(prompt)})")
+        if not batch_sizes or min(batch_sizes) < 1:
+            raise ValueError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
+        self.target = target
+        self.device = next(target.parameters()).device
+        self.prompt = [int(t) for t in prompt]
+        self.caches = {}
+        with torch.inference_mode():
+            for context in sorted(set(contexts)):
+                ids = [self.prompt[i % len(self.prompt)] for i in range(context)]
+                prefilled = DynamicCache()
+                target(
+                    input_ids=torch.tensor([ids], device=self.device),
+                    cache=prefilled,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                for batch in sorted(set(batch_sizes)):
+                    cache = copy.deepcopy(prefilled)
+                    if batch > 1:
+                        cache.batch_repeat_interleave(batch)
+                    self.caches[(context, batch)] = cache
+
+    @torch.inference_mode()
+    def _forward(self, context: int, tokens: int, batch: int) -> None:
+        if tokens < 1:
+            raise ValueError(f"tokens per row must be >= 1, got {tokens}")
+        cache = self.caches[(context, batch)]
+        row = [self.prompt[-1 - (i % len(self.prompt))] for i in range(tokens)]
+        step = torch.tensor([row] * batch, device=self.device)
+        self.target(input_ids=step, cache=cache, use_cache=True, logits_to_keep=tokens)
+        cache.crop(-tokens)  # a negative count removes that many trailing positions
+
+    def warm_up(self, tokens_per_row: Sequence[int]) -> None:
+        for context, batch in self.caches:
+            for tokens in tokens_per_row:
+                self._forward(context, int(tokens), batch)
+
+    def __call__(self, context: int, tokens: int, batch: int) -> float:
+        _sync()
+        start = time.perf_counter()
+        self._forward(context, tokens, batch)
+        _sync()
+        return time.perf_counter() - start
+
+
+def profile_target_batching(
     target: torch.nn.Module,
     prompt: Sequence[int],
+    extra_context: Sequence[int],
     tokens_per_row: Sequence[int],
     batch_sizes: Sequence[int],
     repeats: int,
-) -> dict[str, dict[str, float]]:
-    """Median time [s] of one KV-cached target forward over ``tokens`` new tokens in each of
-    ``batch`` rows, for every ``tokens`` in ``tokens_per_row`` and ``batch`` in
-    ``batch_sizes``: ``{str(tokens): {str(batch): seconds}}`` (one warm-up, ``repeats`` timed).
+    rng,
+):
+    """The edge's batch profile (``edgespec.multidevice.batchprofile``): every (context, tokens,
+    batch) cell timed ``repeats`` times in rounds ordered by ``rng`` (a numpy Generator), at the
+    contexts ``len(prompt) + e`` for each ``e`` of ``extra_context``, outliers re-timed."""
+    from edgespec.multidevice.batchprofile import collect
 
-    Every row continues ``prompt`` (prefilled once at batch 1; the cache is then repeated per
-    batch size, so no batch is prefilled), and each timed forward is cropped off again, so every
-    repeat sees the same context. Tokens 1 is CU-HLM's verification forward (``target_token_s``
-    at batch 1), gamma + 1 a WISV round's (``target_verify_s[gamma]``).
-    """
-    import copy
-
-    tokens_per_row = sorted({int(t) for t in tokens_per_row})
-    batch_sizes = sorted({int(b) for b in batch_sizes})
-    if not tokens_per_row or min(tokens_per_row) < 1:
-        raise ValueError(f"tokens per row must be >= 1, got {tokens_per_row}")
-    if not batch_sizes or min(batch_sizes) < 1:
-        raise ValueError(f"batch sizes must be >= 1, got {batch_sizes}")
-    if len(prompt) < 1:
-        raise ValueError("need a non-empty prompt to time batched forwards")
-    device = next(target.parameters()).device
-    prefilled = DynamicCache()
-    target(
-        input_ids=torch.tensor([list(prompt)], device=device),
-        cache=prefilled,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    out: dict[str, dict[str, float]] = {str(t): {} for t in tokens_per_row}
-    for batch in batch_sizes:
-        cache = copy.deepcopy(prefilled)
-        if batch > 1:
-            cache.batch_repeat_interleave(batch)
-        for tokens in tokens_per_row:
-            row = [prompt[-1 - (i % len(prompt))] for i in range(tokens)]
-            step = torch.tensor([row] * batch, device=device)
-
-            def run(step=step, cache=cache, tokens=tokens):
-                target(input_ids=step, cache=cache, use_cache=True, logits_to_keep=tokens)
-                cache.crop(-tokens)  # a negative count removes that many trailing positions
-
-            out[str(tokens)][str(batch)] = _median_time(run, repeats)
-    return out
+    contexts = sorted({len(prompt) + int(e) for e in extra_context})
+    timer = BatchedForwardTimer(target, prompt, contexts, batch_sizes)
+    timer.warm_up(tokens_per_row)
+    return collect(timer, contexts, tokens_per_row, batch_sizes, repeats, rng)
