@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.multidevice.batchprofile import BatchProfile, collect, leave_one_out_fit
+from edgespec.multidevice.batchprofile import (
+    BatchProfile,
+    collect,
+    leave_one_out_fit,
+    round_loads,
+)
 from edgespec.multidevice.edge import BatchTimes, isotonic
 
 CONTEXTS, TOKENS, SIZES = [40, 72], [1, 5], [1, 2, 4, 8, 16]
@@ -21,11 +26,11 @@ def test_isotonic_pools_decreasing_runs_into_their_mean():
 
 def test_leave_one_out_fit_reads_the_neighbours():
     sizes, medians = [1, 2, 4, 8], [1.0, 1.1, 5.6, 1.2]
-    assert leave_one_out_fit(sizes, medians, 2) == pytest.approx(1.1 + 0.1 * 2 / 6)
-    # The largest batch: extrapolated along the last two others (slope >= 0).
-    assert leave_one_out_fit(sizes, medians, 3) == pytest.approx(5.6 + 2.25 * 4)
-    assert leave_one_out_fit(sizes, medians, 0) == pytest.approx(1.1)  # held below
-    assert np.isnan(leave_one_out_fit([1], [1.0], 0))
+    assert leave_one_out_fit(sizes, medians, 2) == pytest.approx((1.1 + 0.1 / 3,) * 2)
+    # The largest batch: held at the last other (low), extrapolated along the last two (high).
+    assert leave_one_out_fit(sizes, medians, 3) == pytest.approx((5.6, 5.6 + 2.25 * 4))
+    assert leave_one_out_fit(sizes, medians, 0) == pytest.approx((1.1, 1.1))  # held below
+    assert np.isnan(leave_one_out_fit([1], [1.0], 0)).all()
 
 
 class FakeTimer:
@@ -147,3 +152,45 @@ def test_a_slow_spell_of_the_machine_lands_on_several_cells_not_one():
     # Each round times every cell once, in its own order.
     rounds = [calls[i * cells : (i + 1) * cells] for i in range(5)]
     assert all(sorted(r) == sorted(rounds[0]) for r in rounds) and rounds[0] != rounds[1]
+
+
+def test_round_loads_are_the_median_slow_down_of_a_round():
+    typical = {(0, 1, 1): 1.0, (0, 1, 2): 2.0, (0, 1, 4): 4.0}
+    rounds = [
+        {(0, 1, 1): 1.0, (0, 1, 2): 2.0, (0, 1, 4): 4.0},
+        {(0, 1, 1): 3.0, (0, 1, 2): 6.0, (0, 1, 4): 40.0},  # slow round, one glitch
+    ]
+    assert round_loads(rounds, typical) == [1.0, 3.0]
+
+
+class Drifting(FakeTimer):
+    """The machine's load falls from 3x to 1x over the first pass of rounds (other jobs end),
+    and stays at 1x while flagged cells are re-timed."""
+
+    main_calls = len(CONTEXTS) * len(TOKENS) * len(SIZES) * 5
+
+    def __init__(self, glitch=lambda cell, k: 1.0):
+        super().__init__(glitch)
+        self.count = 0
+
+    def __call__(self, context, tokens, batch):
+        load = 3.0 - 2.0 * min(self.count / self.main_calls, 1.0)
+        self.count += 1
+        return super().__call__(context, tokens, batch) * load
+
+
+@pytest.mark.parametrize("factor", [5.6, 0.2], ids=["slow", "fast"])
+def test_a_cell_re_timed_after_the_load_fell_is_scaled_to_its_rounds(factor):
+    bad_cell = (72, 5, 8)
+    clean = profile_with(Drifting())
+    glitched = profile_with(Drifting(lambda cell, k: factor if cell == bad_cell and k < 5 else 1.0))
+    assert "context 72, 5 tokens per row, batch 8" in glitched.discarded
+    assert not glitched.warnings and len(glitched.retime_loads) == 5
+    # The re-timing ran at load 1 while the rounds' cells were scaled to their median load.
+    assert np.median(glitched.retime_loads) < 0.7
+    base, got = charged(clean), charged(glitched)
+    for (tokens, batch), seconds in base.items():
+        assert abs(got[(tokens, batch)] - seconds) <= neighbours_spread(clean, tokens, batch)
+    # Dividing by each round's load leaves the spread of the noise, not of the drift.
+    q25, q75 = clean.spread()[40][1][1]
+    assert (q75 - q25) / np.median(clean.samples[40][1][1]) < 0.1

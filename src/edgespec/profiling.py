@@ -194,7 +194,7 @@ class BatchedForwardTimer:
     once at batch 1; its cache is then repeated to every batch size, so no batch is prefilled,
     and each timed forward is cropped off again, so every call sees the same context. Tokens 1
     is CU-HLM's verification forward, s + 1 one after s skipped tokens, gamma + 1 a WISV
-    round's. :meth:`warm_up` runs every cell once (first calls allocate and pick kernels)."""
+    round's. :meth:`warm_up` runs every shape once (first calls allocate and pick kernels)."""
 
     def __init__(
         self,
@@ -242,9 +242,13 @@ class BatchedForwardTimer:
         cache.crop(-tokens)  # a negative count removes that many trailing positions
 
     def warm_up(self, tokens_per_row: Sequence[int]) -> None:
+        """One forward of every (batch, tokens) shape, at the shortest context (the longer
+        ones differ only in the cache they attend to)."""
+        shortest = min(context for context, _ in self.caches)
         for context, batch in self.caches:
-            for tokens in tokens_per_row:
-                self._forward(context, int(tokens), batch)
+            if context == shortest:
+                for tokens in tokens_per_row:
+                    self._forward(context, int(tokens), batch)
 
     def __call__(self, context: int, tokens: int, batch: int) -> float:
         _sync()

@@ -183,6 +183,12 @@ def intro(
         if settings["prefill"] == "alone"
         else "No method pays a prompt prefill (policy `none`, the same for every method)"
     )
+    shape = (
+        "the configured table (multidevice.target_batch_s), made isotonic in the batch size"
+        if profile.source == "given"
+        else f"the measured batch profile at {len(profile.contexts)} context lengths (medians "
+        "of interleaved repeats, isotonic in the batch size, averaged over contexts)"
+    )
     return [
         "# Many devices, one edge: measured results",
         f"Model pair: {pair}. N devices share one uplink band and one edge; each decodes the "
@@ -195,9 +201,7 @@ def intro(
         "gamma + 1. A batch is one flattened forward, as a continuous-batching server runs it "
         f"(max batch {policy['max_batch'] or 'N'}, window {policy['window_s'] * 1e3:g} ms; "
         f"TDMA slot {settings['tdma_slot_s'] * 1e3:g} ms). Single-request times: the "
-        f"{compute_source} latency profile; batch shape: the {profile.source} batch profile "
-        f"({len(profile.contexts)} context length(s), medians of interleaved repeats, isotonic "
-        "in the batch size; below).",
+        f"{compute_source} latency profile; batch shape: {shape} (below).",
         f"**Capacity.** Knee: the largest N whose aggregate throughput is at least "
         f"{cap['knee_gain']:.0%} above N/2's. Service level: every device >= "
         f"{cap['min_device_tokens_per_s']:g} tokens/s and p95 latency per generated token <= "
