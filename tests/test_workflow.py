@@ -371,20 +371,20 @@ def test_smoke_run_reports_every_variant(smoke_run):
 def test_smoke_run_simulates_many_devices_on_one_edge(smoke_run):
     runs = pd.read_parquet(smoke_run / "results/multidevice/vanilla_sd/good.parquet")
     assert sorted(runs["devices"].unique()) == [1, 2, 4, 8, 16, 32]
-    assert set(runs["uplink"]) == {"equal_split", "tdma"} and runs["seed"].nunique() == 20
-    # One device is the single-device evaluation: its throughput per fading seed is the
-    # evaluation's (rule evaluate_wisv, the same channel, gamma and draws).
+    assert set(runs["uplink"]) == {"equal_split", "tdma"} and runs["replicate"].nunique() == 20
+    assert set(runs["policy"]) == {"base", "max_batch=4", "window=50 ms"}
+    # One device in replicate 0 is the single-device evaluation (WISV charges the prefill as
+    # every method now does): its throughput is the evaluation's under fading seed 0.
     costs = pd.read_parquet(smoke_run / "results/wisv/metrics/vanilla_sd/good/g4.parquet")
-    per_seed = costs.groupby("fading_index").agg(tokens=("tokens", "sum"), s=("latency_s", "sum"))
-    one = runs[(runs["devices"] == 1) & (runs["uplink"] == "equal_split")].set_index("seed")
+    seed0 = costs[costs["fading_index"] == 0]
+    one = runs[(runs["devices"] == 1) & (runs["replicate"] == 0)]
     np.testing.assert_allclose(
-        one["aggregate_tps"].sort_index(),
-        (per_seed["tokens"] / per_seed["s"]).sort_index(),
-        rtol=1e-9,
+        one["aggregate_tps"], seed0["tokens"].sum() / seed0["latency_s"].sum(), rtol=1e-9
     )
     assert (one["single_device_rel_diff"] < 1e-9).all()
     # More devices: more aggregate throughput, fuller batches, a busier edge.
-    med = runs[runs["uplink"] == "equal_split"].groupby("devices").median(numeric_only=True)
+    base = runs[(runs["uplink"] == "equal_split") & (runs["policy"] == "base")]
+    med = base.groupby("devices").median(numeric_only=True)
     assert med["aggregate_tps"].is_monotonic_increasing
     assert (
         med.loc[32, "mean_batch"] > 1
@@ -398,18 +398,17 @@ def test_smoke_run_simulates_many_devices_on_one_edge(smoke_run):
         "vanilla_sd",
         "wisv_sh",
     }
-    assert len(summary) == 5 * 2 * 6
-    for column in ("aggregate_tps", "latency_p95_s", "edge_utilisation", "uplink_utilisation"):
+    assert set(summary["channel"]) == {"good", "mixed"}
+    assert len(summary) == 5 * 2 * 4 * 6
+    for column in ("aggregate_tps", "token_latency_p95_s", "edge_utilisation"):
         point, low, high = (summary[c] for c in (column, f"{column}_lo", f"{column}_hi"))
         assert ((low <= point + 1e-12) & (point <= high + 1e-12)).all(), column
-    assert (summary.loc[summary["method"] == "wisv_sh", "seeds"] == 1).all()
-    saturation = pd.read_csv(smoke_run / "results/report/multidevice_saturation.csv")
-    assert len(saturation) == 10 and set(saturation["bottleneck"]) <= {
-        "edge",
-        "band",
-        "edge and band",
-        "none",
-    }
+    assert (summary.loc[summary["method"] == "wisv_sh", "fading_seeds"] == 1).all()
+    capacity = pd.read_csv(smoke_run / "results/report/multidevice_capacity.csv")
+    assert len(capacity) == 5 * 2 * 4
+    assert (capacity["knee_n_lo"] <= capacity["knee_n_hi"]).all()
+    ranking = pd.read_csv(smoke_run / "results/report/multidevice_ranking.csv")
+    assert len(ranking) == 5 * 2 * 4 and set(ranking["rank"]) == {1, 2, 3, 4, 5}
     headline = pd.read_csv(smoke_run / "results/report/multidevice_headline.csv")
     assert list(headline.columns) == [
         "metric",
@@ -422,8 +421,9 @@ def test_smoke_run_simulates_many_devices_on_one_edge(smoke_run):
     ]
     assert (headline["ours_lo"] <= headline["ours_hi"]).all() and len(headline) == 5 * 5
     markdown = (smoke_run / "results/report/multidevice_summary.md").read_text()
-    assert "What is shared" in markdown and "Where each method saturates" in markdown
-    for name in ("multidevice_scaling", "multidevice_utilisation"):
+    assert "## Knee and ranking" in markdown and "## Warnings" in markdown
+    assert "Equal work on the edge" in markdown and "Which protocol overtakes which" in markdown
+    for name in ("multidevice_scaling", "multidevice_utilisation", "multidevice_policies"):
         assert (smoke_run / f"results/report/{name}.png").stat().st_size > 1000
 
 
@@ -489,8 +489,8 @@ RERUNS = {
             "score_cuhlm": 1,
             "report_cuhlm": 1,
             # the CU-HLM methods of the many-device simulation read k* (hlm, uhlm_risk_prone,
-            # cuhlm_online)
-            "simulate_multidevice": 3,
+            # cuhlm_online), on the good channel and the mixed population
+            "simulate_multidevice": 6,
             "report_multidevice": 1,
             "all": 1,
         },
@@ -506,8 +506,9 @@ RERUNS = {
             "score_wisv": 1,  # one job scores every decode
             "evaluate_wisv": 4 * 2,  # the four head variants on both channels
             "report_wisv": 1,
-            # wisv_sh in the many-device simulation is charged its head's measured time
-            "simulate_multidevice": 1,
+            # wisv_sh in the many-device simulation is charged its head's measured time (good
+            # channel, mixed population)
+            "simulate_multidevice": 2,
             "report_multidevice": 1,
             "all": 1,
         },
@@ -524,7 +525,7 @@ RERUNS = {
             "profile_head": 1,
             "evaluate_wisv": 4 * 2,  # the four head variants on both channels
             "report_wisv": 1,
-            "simulate_multidevice": 1,  # wisv_sh
+            "simulate_multidevice": 2,  # wisv_sh, good and mixed
             "report_multidevice": 1,
             "all": 1,
         },

@@ -423,6 +423,10 @@ def wisv_evaluate_fading(wildcards):
 MULTIDEVICE = config["multidevice"]
 MD_METHODS = list(MULTIDEVICE["methods"]) if MULTIDEVICE["enabled"] else []
 MD_CHANNELS = list(MULTIDEVICE["channels"])
+# Each simulated channel's devices, cycled: a population's wisv channels, or the one channel.
+MD_POPULATIONS = {
+    name: list(MULTIDEVICE["populations"].get(name, [name])) for name in MD_CHANNELS
+}
 MD_GAMMA = MULTIDEVICE["wisv_gamma"]
 # What profile_batching reads: the mode, and either what to time or the given table.
 MD_BATCHING = {"mode": config["latency"]["mode"], **multidevice_batch_plan(config)}
@@ -430,6 +434,7 @@ if MD_BATCHING["mode"] == "given":
     MD_BATCHING["given"] = MULTIDEVICE["target_batch_s"]
 else:
     MD_BATCHING["repeats"] = MULTIDEVICE["batch_repeats"]
+    MD_BATCHING["contexts"] = MULTIDEVICE["batch_contexts"]
 # What simulate_multidevice reads of the multidevice section (not the report's keys).
 MD_SWEEP = {
     key: MULTIDEVICE[key]
@@ -439,20 +444,44 @@ MD_SWEEP = {
         "tdma_slot_s",
         "batching",
         "prompts_per_device",
+        "policy_sweep",
     )
 }
 
 
+def multidevice_table_keys(wildcards):
+    """(channel, fading seed) of each decoded table a method is simulated from: one table
+    (CU-HLM tokens, a channel-free WISV decode), or for the CSI-reading variants one per
+    channel of the population and decoded seed."""
+    method = wildcards.mdmethod
+    if method not in CSI_VARIANTS:
+        return [[MD_POPULATIONS[wildcards.mdchannel][0], 0]]
+    channels = dict.fromkeys(MD_POPULATIONS[wildcards.mdchannel])
+    return [[c, int(s)] for c in channels for s in CSI_DECODE_SEEDS]
+
+
 def multidevice_tables(wildcards):
-    """The decoded table(s) a method is simulated from: CU-HLM tokens, or WISV rounds at
-    multidevice.wisv_gamma (per fading seed for the CSI-reading variants)."""
+    """The decoded tables of multidevice_table_keys: CU-HLM tokens, or WISV rounds at
+    multidevice.wisv_gamma."""
     method = wildcards.mdmethod
     if method in CUHLM_VARIANTS:
         return [f"results/cuhlm/decode/{method}/tokens.parquet"]
+    if method not in CSI_VARIANTS:
+        return [
+            f"results/wisv/decode/{wisv_decodes(method, MD_GAMMA, 'any')[0]}.parquet"
+        ]
+    channels = dict.fromkeys(MD_POPULATIONS[wildcards.mdchannel])
+    # In the order of multidevice_table_keys: per channel, per decoded seed.
     return [
         f"results/wisv/decode/{stem}.parquet"
-        for stem in wisv_decodes(method, MD_GAMMA, wildcards.mdchannel)
+        for c in channels
+        for stem in wisv_decodes(method, MD_GAMMA, c)
     ]
+
+
+def multidevice_channels(wildcards):
+    """The wisv channel conditions of a simulated channel's population."""
+    return {c: WISV_CHANNELS[c] for c in MD_POPULATIONS[wildcards.mdchannel]}
 
 
 def multidevice_extras(wildcards):
@@ -469,16 +498,13 @@ def multidevice_extras(wildcards):
 
 
 def multidevice_pricing(wildcards):
-    """Only the keys a method's pricing reads (its family's)."""
+    """Only the keys a method's pricing reads (its family's), and the prefill policy."""
     method = wildcards.mdmethod
+    prefill = MULTIDEVICE["prefill"]
     if method in CUHLM_VARIANTS:
-        return {"prob_bits": config["cuhlm"]["prob_bits"]}
-    return {"gamma": MD_GAMMA, "hidden_bits": config["wisv"]["hidden_bits"]}
-
-
-def multidevice_seeds(wildcards):
-    """The fading seeds a method is simulated under: every seed for a channel-blind one, the
-    decoded seeds for a CSI-reading one."""
-    if wildcards.mdmethod in CSI_VARIANTS:
-        return list(CSI_DECODE_SEEDS)
-    return list(range(config["evaluation"]["fading_seeds"]))
+        return {"prob_bits": config["cuhlm"]["prob_bits"], "prefill": prefill}
+    return {
+        "gamma": MD_GAMMA,
+        "hidden_bits": config["wisv"]["hidden_bits"],
+        "prefill": prefill,
+    }
