@@ -1,4 +1,5 @@
 # Configuration validation and path helpers shared by every rule module.
+import os
 import re
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from edgespec.config import (
     channel_conditions,
     check_cross_references,
     check_inputs_exist,
+    check_local_copies,
     check_model_settings,
     check_multidevice_settings,
     check_wisv_settings,
@@ -28,6 +30,7 @@ from edgespec.variants import CUHLM_POLICY_READS, WISV_CSI_VARIANTS
 
 config.update(validate_config(config))
 check_inputs_exist(config)
+check_local_copies(config)
 check_model_settings(config)
 check_wisv_settings(config)
 check_cross_references(config)
@@ -188,10 +191,16 @@ def fetch_settings():
     }
 
 
+# The embedded data folder, relative to the working directory: Snakemake records inputs as
+# written, so an absolute path would tie every result to where the checkout lies, and a moved
+# (or second) checkout would rerun fetch_models, prepare_data and all that follows them.
+EMBEDDED_DATA_DIR = Path(os.path.relpath(DEFAULT_DATA_DIR))
+
+
 def tiny_corpus_files():
     """The tiny_random tokenizer is trained on the embedded instructions."""
     if MODELS["preset"] == "tiny_random":
-        return [str(Path(DEFAULT_DATA_DIR) / INSTRUCTIONS_FILE)]
+        return [str(EMBEDDED_DATA_DIR / INSTRUCTIONS_FILE)]
     return []
 
 
@@ -239,7 +248,7 @@ def dataset_files(wildcards):
     """The files a dataset's prompts come from (data/instructions.jsonl, a jsonl file, a local
     copy of a hub dataset), so that editing them prepares the dataset again."""
     spec = config["data"]["datasets"][wildcards.dataset]
-    return files_read(spec["source"], spec.get("path"))
+    return files_read(spec["source"], spec.get("path"), EMBEDDED_DATA_DIR)
 
 
 def fit_calibration_settings():
