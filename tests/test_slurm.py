@@ -1,18 +1,32 @@
-"""The workflow on SLURM: what the two cluster profiles ask for, from dry runs parsed by the SLURM
-executor plugin without submitting."""
+"""The workflow on SLURM: what the two cluster profiles ask for (dry runs, parsed by the SLURM
+executor plugin without submitting), and the smoke workflow run through sbatch on a real
+single-node SLURM started here from Debian's packages (slurm-wlm, munge), with one job
+cancelled by scancel and the run resumed.
+
+The real-cluster test is marked ``cluster`` (and ``slow``): ``pytest -m cluster`` runs it. It
+needs munged, slurmctld, slurmd and the SLURM client commands (``apt-get install slurm-wlm
+munge``) and is skipped, saying why, where they are missing or do not start; with
+``EDGESPEC_REQUIRE_SLURM=1`` (as CI sets) that is a failure instead. The daemons run on free
+ports with their own configuration, key, sockets and state under a temporary folder, never the
+machine's own SLURM (``local_slurm.LocalSlurm``), and are stopped when the tests end, failed or
+not."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from local_slurm import CLIENTS, DAEMONS, LocalSlurm, program
 
 from edgespec.config import REPO_ROOT
+from edgespec.runcompare import compare_runs
 
 if os.environ.get("EDGESPEC_REQUIRE_SLURM") != "1":  # in CI a missing plugin is an error
     pytest.importorskip("snakemake_executor_plugin_slurm")
@@ -166,3 +180,171 @@ def test_group_jobs_ask_for_one_members_cores_and_memory_per_study(
         assert f"--mem {max(mem for _, mem, _ in job['members'])} " in call, call
         assert f"-t {sum(minutes for _, _, minutes in job['members'])} " in call, call
         assert "gpu" not in call and "--gres" not in call
+
+
+# ---------------------------------------------------------------------------- a real SLURM
+
+
+def _unavailable(reason: str):
+    """Skip (a laptop without SLURM), or fail where a cluster test must run (CI)."""
+    if os.environ.get("EDGESPEC_REQUIRE_SLURM") == "1":
+        pytest.fail(f"EDGESPEC_REQUIRE_SLURM=1, but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    missing = [name for name in (*DAEMONS, *CLIENTS) if program(name) is None]
+    if missing:
+        _unavailable(
+            f"SLURM is not installed here (no {', '.join(missing)}): "
+            "apt-get install slurm-wlm munge"
+        )
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except Exception as err:  # noqa: BLE001 - any failure to start is reported the same way
+        cluster.stop()
+        _unavailable(f"a local SLURM did not start: {type(err).__name__}: {err}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _snakemake_through_slurm(workdir: Path, slurm: LocalSlurm, log: Path) -> subprocess.Popen:
+    """The smoke workflow with the CPU profile, as a user would run it on a cluster without
+    job accounting (squeue for the status), checking soon after each submission (the
+    plugin's first check waits 40 s by default), without retries: a cancelled job fails."""
+    args = [
+        *SNAKEMAKE,
+        "--workflow-profile",
+        str(PROFILES / "slurm-cpu"),
+        "--configfile",
+        CONFIGS["smoke"],
+        "--directory",
+        str(workdir),
+        "--slurm-status-command",
+        "squeue",
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+        "--slurm-keep-successful-logs",
+        "--retries",
+        "0",
+    ]
+    out = open(log, "w")  # noqa: SIM115 - the process writes it; closed with the file object
+    return subprocess.Popen(
+        args,
+        cwd=workdir,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=slurm.env,
+        start_new_session=True,
+    )
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> int:
+    """The run's exit status; killed (its whole process group) if it overruns."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)  # Snakemake cancels its SLURM jobs on SIGTERM
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        raise
+
+
+def _cancel_a_running_decode(slurm: LocalSlurm, proc: subprocess.Popen) -> str | None:
+    """scancel a decode_cuhlm job while it runs; its SLURM job id (None if none was caught
+    running before the run ended)."""
+    while proc.poll() is None:
+        listed = slurm.client("squeue", "-h", "-t", "RUNNING", "-o", "%i|%k", check=False)
+        for line in listed.splitlines():
+            jobid, comment = line.split("|", 1)
+            if comment.startswith("rule_decode_cuhlm"):
+                slurm.client("scancel", jobid, check=False)
+                time.sleep(1)
+                state = slurm.client("scontrol", "show", "job", jobid, check=False)
+                if "JobState=CANCELLED" in state:
+                    return jobid
+        time.sleep(0.2)
+    return None
+
+
+# The smoke run's rules that run as SLURM jobs of their own (the others are local rules, or
+# the grouped evaluations).
+SLURM_RULES = MODEL_RULES | {
+    "fit_calibration",
+    "relabel_csi",
+    "train_head",
+    "score_cuhlm",
+    "score_wisv",
+    "simulate_multidevice",
+}
+
+
+def _submitted(log: Path) -> list[str]:
+    return re.findall(r"has been submitted with SLURM jobid (\d+)", log.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_smoke_workflow_through_sbatch_equals_a_local_run(slurm, tmp_path):
+    """Every job that is not a local rule goes through sbatch (group jobs included); one is
+    cancelled with scancel while it runs, the run is started again and completes; the results
+    are a local run's."""
+    local, cluster = tmp_path / "local", tmp_path / "cluster"
+    for workdir in (local, cluster):
+        workdir.mkdir()
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    # a local run beside it, on one core (a cluster job's threads, and so the same records)
+    reference = subprocess.Popen(
+        [*SNAKEMAKE, "--cores", "1", "--configfile", CONFIGS["smoke"], "--directory", str(local)],
+        cwd=local,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    first = _snakemake_through_slurm(cluster, slurm, first_log)
+    cancelled = _cancel_a_running_decode(slurm, first)
+    assert _finish(first, timeout=1800) != 0, first_log.read_text()[-3000:]
+    assert cancelled is not None, "no decode_cuhlm job was caught running"
+    assert f"SLURM-job '{cancelled}' failed, SLURM status is: 'CANCELLED'" in first_log.read_text()
+    assert _finish(reference, timeout=1800) == 0
+    # resume: the same command again
+    second = _snakemake_through_slurm(cluster, slurm, second_log)
+    assert _finish(second, timeout=1800) == 0, second_log.read_text()[-3000:]
+    assert compare_runs(local, cluster) == []  # the tables of the local run
+    # the jobs really went through sbatch: every SLURM job id the runs report is known to
+    # slurmctld (it keeps finished jobs for MinJobAge) and has its SLURM log, every rule that
+    # is not a local rule ran as SLURM jobs, and only the cancelled job did not complete
+    first_ids, second_ids = _submitted(first_log), _submitted(second_log)
+    jobs = {}
+    for line in slurm.client("scontrol", "show", "job", "-o").splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        jobs[fields["JobId"]] = fields
+    assert sorted(first_ids + second_ids, key=int) == sorted(jobs, key=int)
+    assert {jobid for jobid, job in jobs.items() if job["JobState"] != "COMPLETED"} == {cancelled}
+    assert cancelled in first_ids
+    root = cluster / ".snakemake" / "slurm_logs"  # <rule or group>/[<wildcards>/]<job id>.log
+    logs = {path.stem: path.relative_to(root).parts[0] for path in root.rglob("*.log")}
+    assert set(logs) == set(jobs)
+    assert {logs[jobid] for jobid in jobs} == {f"rule_{rule}" for rule in SLURM_RULES} | {
+        "group_evaluate_cuhlm_evaluate_cuhlm_joint_kstar",
+        "group_evaluate_wisv_evaluate_wisv",
+    }
+    # the resumed run did only what the cancelled decode held back: the decode (and any that
+    # read it), CU-HLM's evaluations, its scores
+    assert {logs[jobid] for jobid in second_ids} == {
+        "rule_decode_cuhlm",
+        "group_evaluate_cuhlm_evaluate_cuhlm_joint_kstar",
+        "rule_score_cuhlm",
+    }
+    # each group job (all the smoke run's evaluations in two) asked for one core and 4 GB
+    groups = [jobid for jobid in jobs if logs[jobid].startswith("group_")]
+    assert len(groups) == 2
+    for jobid in groups:
+        assert jobs[jobid]["NumCPUs"] == "1" and "mem=4000M" in jobs[jobid]["TRES"], jobs[jobid]
