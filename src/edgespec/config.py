@@ -93,6 +93,27 @@ def check_inputs_exist(config: dict, base: Path = Path(".")) -> None:
                 raise ConfigError(f"config key 'models.custom.{role}': preset custom needs it")
 
 
+def check_local_copies(config: dict, base: Path = Path(".")) -> None:
+    """Every local dataset file (``data.datasets.<name>.path``) reads as its source: a record
+    that lacks a required field, a line cut short, fail here, naming the file, the line (or
+    record) and the field, before any model job runs, instead of in rule prepare_data after
+    the model stages have started. Reads each file once (seconds for the papers' sizes)."""
+    from edgespec.data.hub import HUB_DATASETS, load_hub
+    from edgespec.data.records import DatasetError, read_jsonl
+
+    for name, spec in config["data"]["datasets"].items():
+        path = spec.get("path")
+        if not path:
+            continue
+        try:
+            if spec["source"] == "jsonl":
+                read_jsonl(base / path, dataset=name)
+            elif spec["source"] in HUB_DATASETS:
+                load_hub(spec["source"], path=base / path)
+        except DatasetError as err:
+            raise ConfigError(f"config key 'data.datasets.{name}.path': {err}") from err
+
+
 def check_model_settings(config: dict) -> None:
     """Model settings that only make sense together (before any model is fetched)."""
     models = config["models"]

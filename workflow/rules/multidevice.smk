@@ -6,6 +6,14 @@ wildcard_constraints:
     mdchannel="[a-z][a-z0-9]*",
 
 
+# With latency.mode given, profile_batching writes multidevice.target_batch_s and loads no
+# model: it runs where Snakemake runs (see profile_latency).
+if MD_BATCHING["mode"] == "given":
+
+    localrules:
+        profile_batching,
+
+
 rule profile_batching:
     """Time the target's batched, KV-cached forwards (context x tokens per row x batch size,
     interleaved repeats, outliers re-timed) for the edge of the multi-device simulation, or
@@ -26,8 +34,11 @@ rule profile_batching:
         "../envs/edgespec.yaml"
     threads: timing_threads
     resources:
-        mem_mb=lambda wildcards, attempt: 16000 * attempt,
-        runtime=lambda wildcards, attempt: 30 * attempt,
+        **(MODEL_GPU if MD_BATCHING["mode"] == "measured" else {}),
+        mem_mb=grows_with_attempt(
+            MODEL_MEM_MB if MD_BATCHING["mode"] == "measured" else 1000
+        ),
+        runtime=grows_with_attempt(30),
     params:
         model_dir=model_dir_of,
         batching=MD_BATCHING,
