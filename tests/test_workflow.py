@@ -25,6 +25,7 @@ import yaml
 
 from edgespec.artifacts import current_umask, read_json
 from edgespec.config import REPO_ROOT
+from edgespec.data.prepare import split_sizes
 from edgespec.report import HEADLINE_COLUMNS
 from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
 
@@ -208,6 +209,23 @@ def test_paper_config_prepares_exactly_the_papers_datasets(tmp_path):
     assert counts["decode_wisv"] == 4 * 3 * 6 and counts["decode_wisv_csi"] == 3 * 2 * 5 * 6
     assert counts["join_wisv_decode"] == 4 * 3 + 3 * 2 * 5
     assert counts["prefill_prompts"] == 6
+
+
+def test_study_config_decodes_its_sizes_with_the_claims_variants(tmp_path):
+    """config/study.yaml (methods §6): every HumanEval problem, 148 of them evaluated, four
+    CU-HLM variants on three datasets of their own shards, one WISV gamma."""
+    proc = _run(
+        ["-n", "--cores", "2", "--configfile", str(REPO_ROOT / "config/study.yaml")], tmp_path
+    )
+    counts = _job_counts(proc.stdout)
+    assert counts["prepare_data"] == counts["collect_traces"] == 3
+    assert counts["decode_cuhlm"] == 4 * 3 and counts["join_cuhlm_decode"] == 4
+    cfg = yaml.safe_load((REPO_ROOT / "config/study.yaml").read_text())
+    sizes = {
+        name: split_sizes(spec["n"], spec["calib_fraction"])["eval"]
+        for name, spec in cfg["data"]["datasets"].items()
+    }
+    assert sizes == {"humaneval": 148, "instructions": 52, "arithmetic": 270}
 
 
 def test_data_files_are_inputs(tmp_path):

@@ -369,8 +369,9 @@ def decidable_line(headline: pd.DataFrame, study: str = "config/study.yaml") -> 
     )
     return (
         f"**Which quality claims this run decides:** {'; '.join(parts)}. Undecided or not "
-        f"measured: {len(open_)} of {len(claims)}{spread}. `{study}` sizes the prompts to "
-        "resolve 2 points against the floor (docs/methods.md §6)."
+        f"measured: {len(open_)} of {len(claims)}{spread}. `{study}` is sized by a power "
+        "calculation to resolve 3-5 points of the similarity figures against their floor "
+        "(docs/methods.md §6)."
     )
 
 
