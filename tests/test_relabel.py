@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.csi import (
@@ -146,10 +147,20 @@ PROFILE = LatencyProfile(draft_token_s=0.02, target_token_s=0.03, target_verify_
 def test_repair_cost_in_rounds_hand_computed():
     condition = ChannelCondition(name="c", fading="awgn", bandwidth_hz=1e6, snr_db=0.0, rtt_s=0.02)
     t0 = round_compute_s(PROFILE, 4)
-    assert t0 == pytest.approx(4 * 0.02 + 0.04)
+    # The head's decodes run gamma + 1 draft forwards a round (the last token's hidden state).
+    assert t0 == pytest.approx(5 * 0.02 + 0.04)
+    assert round_compute_s(PROFILE, 4, head_s=0.01) == pytest.approx(t0 + 0.01)
     # AWGN: the next block's rate is W log2(1 + 1) = 1 Mbit/s whatever the gain.
     cost = repair_cost_rounds(CsiSample(condition, 0.3), 2e5, t0)
     assert cost == pytest.approx((t0 + 0.2 + 0.02) / t0)
+    # Packet errors: PER = 0.5 exp(0) = 0.5 at any SNR; two 1e5-bit packets, one retry: the
+    # retry happens with probability 1 - 0.5^2 after the 0.02 s RTT and resends 1e5 bits.
+    lossy = ChannelCondition(
+        name="c", fading="awgn", bandwidth_hz=1e6, snr_db=0.0, rtt_s=0.02, per_a=0.5
+    )
+    arq = ArqSettings(packet_bits=100_000, max_retransmissions=1)
+    cost = repair_cost_rounds(CsiSample(lossy, 0.3), 2e5, t0, arq)
+    assert cost == pytest.approx((t0 + 0.2 + 0.02 + 0.75 * 0.02 + 0.1) / t0)
     with pytest.raises(ValueError):
         repair_cost_rounds(CsiSample(condition, 0.3), 2e5, 0.0)
 

@@ -46,6 +46,7 @@ def _rounds() -> pd.DataFrame:
                     "num_committed": 5 if m == 0 else 5 - m,
                     "num_mismatches": m,
                     "num_semantic_accepts": 0,
+                    "draft_forwards": 5,
                     "gain": np.nan,
                     "rate_bps": np.nan,
                 }

@@ -4,6 +4,7 @@ table, the ablation, the FH-against-SH curves."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -199,6 +200,8 @@ def test_fh_against_sh_priced_over_the_snr_sweep():
             "round": [0, 1, 0],
             "num_drafted": 4,
             "num_mismatches": [0, 2, 1],
+            "draft_forwards": 5,
+            "prompt_tokens": [10, 10, 4],
             "gain": 1.0,
         }
     )
@@ -212,14 +215,25 @@ def test_fh_against_sh_priced_over_the_snr_sweep():
         }
     }
     snrs = np.array([0.0, 10.0])
-    curves, note = latency_curves(rounds, channels, INPUTS, 16, snrs)
+    profile = LatencyProfile(
+        draft_token_s=0.01,
+        target_token_s=0.02,
+        target_verify_s={4: 0.05},
+        draft_prefill_token_s=0.001,
+        target_prefill_token_s=0.002,
+    )
+    inputs = dataclasses.replace(INPUTS, profile=profile)
+    curves, note = latency_curves(rounds, channels, inputs, 16, snrs)
     assert note == "WISV rounds at gamma=4 priced at each SNR (one fading seed)"
     assert list(curves) == ["FH, W 1 MHz, RTT 30 ms", "SH, W 1 MHz, RTT 30 ms"]
-    compute, rtt, hidden, ids = 4 * 0.01 + 0.05, 0.03, 32 * 16, 4 * 6
+    # Five draft forwards a round; the WISV head's 0.3 ms in the two rounds with a mismatch;
+    # the prefill of 10 and 4 prompt tokens at 3 ms each, once per answer.
+    compute, rtt, hidden, ids = 5 * 0.01 + 0.05, 0.03, 32 * 16, 4 * 6
+    fixed = 2 * 3e-4 + 14 * 0.003
     for k, snr in enumerate(snrs):
         rate = 1e6 * math.log2(1 + 10 ** (snr / 10))
-        fh = 3 * (compute + (ids + 4 * hidden) / rate + rtt)
-        sh = 3 * (compute + ids / rate + rtt) + 3 * hidden / rate + 2 * rtt
+        fh = 3 * (compute + (ids + 4 * hidden) / rate + rtt) + fixed
+        sh = 3 * (compute + ids / rate + rtt) + 3 * hidden / rate + 2 * rtt + fixed
         assert curves["FH, W 1 MHz, RTT 30 ms"][1][k] == pytest.approx(fh / 2)
         assert curves["SH, W 1 MHz, RTT 30 ms"][1][k] == pytest.approx(sh / 2)
     assert latency_curves(None, channels, INPUTS, 16) == ({}, "no WISV variant configured")

@@ -405,7 +405,7 @@ def wisv_channel_of(wildcards):
 def wisv_evaluate_settings(wildcards):
     """The WISV keys one evaluation reads: the hidden-state bits of the upload, and for the
     CSI-reading variants the fading seeds they were decoded under."""
-    keys = ["hidden_bits"]
+    keys = ["hidden_bits", "arq"]
     if wildcards.wvariant in CSI_VARIANTS:
         keys.append("csi_decode_seeds")
     return pick(config["wisv"], *keys)
@@ -473,7 +473,11 @@ def multidevice_pricing(wildcards):
     method = wildcards.mdmethod
     if method in CUHLM_VARIANTS:
         return {"prob_bits": config["cuhlm"]["prob_bits"]}
-    return {"gamma": MD_GAMMA, "hidden_bits": config["wisv"]["hidden_bits"]}
+    return {
+        "gamma": MD_GAMMA,
+        "hidden_bits": config["wisv"]["hidden_bits"],
+        "arq": config["wisv"]["arq"],
+    }
 
 
 def multidevice_seeds(wildcards):

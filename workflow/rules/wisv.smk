@@ -99,7 +99,7 @@ rule relabel_csi:
         runtime=grows_with_attempt(30),
     params:
         wisv=pick(
-            config["wisv"], "relabel", "hidden_bits", "correlation", "csi_features"
+            config["wisv"], "relabel", "hidden_bits", "correlation", "csi_features", "arq"
         ),
         channels=WISV_CHANNELS,
         seed=config["seed"],
@@ -336,7 +336,7 @@ rule report_wisv:
     params:
         channels=WISV_CHANNELS,
         variants=WISV_VARIANTS,
-        wisv=pick(config["wisv"], "correlation", "csi_decode_seeds", "hidden_bits"),
+        wisv=pick(config["wisv"], "correlation", "csi_decode_seeds", "hidden_bits", "arq"),
         evaluation=config["evaluation"],
         seed=config["seed"],
     script:

@@ -8,6 +8,7 @@ setup_logging(snakemake.log[0])
 import pandas as pd
 
 from edgespec.artifacts import read_json, write_json, write_parquet
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.evaluate import evaluate_variant, protocol_params, rounds_by_fading_seed
@@ -32,6 +33,7 @@ costs, summary = evaluate_variant(
     int(snakemake.wildcards.gamma),
     params.seed,
     head_times=read_json(snakemake.input.head[0]) if snakemake.input.head else None,
+    arq=ArqSettings.from_dict(params.wisv["arq"]),
 )
 write_parquet(costs, snakemake.output.costs)
 write_json(summary, snakemake.output.metrics)

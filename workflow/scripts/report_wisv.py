@@ -10,6 +10,7 @@ import pandas as pd
 
 from edgespec import plots
 from edgespec.artifacts import atomic_path, read_json, write_csv
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.report import (
     ReportInputs,
@@ -40,7 +41,8 @@ inputs = ReportInputs(
 with atomic_path(out.markdown) as tmp:
     tmp.write_text(report_markdown(summary, top, inputs, params.wisv, params.evaluation))
 rounds = pd.read_parquet(inp.wisv_rounds[0]) if inp.wisv_rounds else None
-curves, note = latency_curves(rounds, params.channels, inputs, params.wisv["hidden_bits"])
+arq = ArqSettings.from_dict(params.wisv["arq"])
+curves, note = latency_curves(rounds, params.channels, inputs, params.wisv["hidden_bits"], arq=arq)
 plots.latency_vs_channel(curves, out.latency, subtitle=f"{inputs.subtitle}\n{note}")
 plots.aal_vs_gamma(summary, out.aal, subtitle=inputs.subtitle)
 plots.accuracy_vs_tau(*tau_curves(inputs.head), out.tau, subtitle=inputs.subtitle)

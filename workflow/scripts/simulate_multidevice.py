@@ -16,6 +16,7 @@ from edgespec.multidevice.edge import BatchingPolicy, BatchTimes  # noqa: E402
 from edgespec.multidevice.sweep import SweepSettings, sweep  # noqa: E402
 from edgespec.multidevice.workload import CuhlmPricing, WisvPricing, family  # noqa: E402
 from edgespec.variants import RECONSTRUCTION_SAMPLING_VARIANTS  # noqa: E402
+from edgespec.wireless.arq import ArqSettings  # noqa: E402
 from edgespec.wireless.channel import ChannelCondition  # noqa: E402
 from edgespec.wireless.delay import LatencyProfile  # noqa: E402
 from edgespec.wisv.evaluate import CSI_VARIANTS, HEAD_OF_VARIANT, HEAD_VARIANTS  # noqa: E402
@@ -55,6 +56,7 @@ else:
         },
         params.seed,
         head_s=head_s,
+        arq=ArqSettings.from_dict(params.pricing["arq"]),
     )
 if method in CSI_VARIANTS:
     # Decoded under each listed fading seed: each decode runs on its own seed's draws.

@@ -10,8 +10,9 @@ functions the single-device evaluation uses:
   tau_dev(t); if uploaded, transmit B(t) / R(t) (with skipped ids resynchronised on it), wait
   RTT / 2, verify (``target_token_s``, one token per row), wait RTT / 2. ``llm_only``: the
   edge generates the token (a verification request of ``target_token_s``), nothing else.
-- WISV round (``edgespec.wisv.evaluate.round_latencies``): wait gamma tau_SLM, transmit the
-  round's first uplink message, wait RTT / 2, verify (``target_verify(gamma)``, gamma + 1
+- WISV round (``edgespec.wisv.evaluate.round_latencies``): wait n_d tau_SLM (every draft
+  forward of the round), transmit the round's first uplink message, wait its expected ARQ
+  retransmissions and RTT / 2, verify (``target_verify(gamma)``, gamma + 1
   tokens per row), then RTT / 2 back; SH with mismatches instead asks for the hidden states
   (RTT / 2 down), which the device transmits, and the answer comes back after RTT / 2 up and
   RTT / 2 down; the decision head's time (head variants, rounds with a mismatch) is charged
@@ -54,14 +55,15 @@ from edgespec.cuhlm.evaluate import (
 )
 from edgespec.multidevice.simulate import END, SOLO, UP, VERIFY, WAIT
 from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wireless.channel import ChannelCondition, uplink_rate_bps
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wireless.payload import upload_bits
 from edgespec.wisv.evaluate import (
     CSI_VARIANTS,
-    HEAD_VARIANTS,
     attach_channel,
     fading_seed,
+    round_breakdowns,
     round_latencies,
     round_payload,
 )
@@ -274,6 +276,7 @@ class WisvPricing:
     protocol_params: Mapping[str, Any]
     seed: int
     head_s: float = 0.0
+    arq: ArqSettings | None = None
 
     step = "round"
     order_column = "round"
@@ -312,10 +315,23 @@ class WisvPricing:
             int(m): round_payload(self.variant, gamma, int(m), self.protocol_params)
             for m in np.unique(mismatches)
         }
-        draft_s = gamma * profile.draft_token_s
+        # Each round's parts as the single-device evaluation charges them (every draft forward,
+        # the head, the expected retransmissions: ``round_breakdowns``).
+        parts = round_breakdowns(
+            priced,
+            self.variant,
+            self.protocol_params,
+            profile,
+            self.condition.rtt_s,
+            gamma,
+            head_s=self.head_s,
+            arq=self.arq,
+        )
+        draft_s = parts["draft_s"].to_numpy()
+        retx_s = parts["retransmission_s"].to_numpy()
+        head_s = parts["head_s"].to_numpy()
         verify_s = profile.target_verify(gamma)
         half_rtt = self.condition.rtt_s / 2.0
-        head = self.variant in HEAD_VARIANTS
         out = {}
         for pid, rows in _groups(priced, "round").items():
             first = rows[0]
@@ -327,25 +343,24 @@ class WisvPricing:
                 legs.append((SOLO, target_prefill))
             legs.append((END, 0.0))
             for row in rows:
-                m = int(mismatches[row])
-                payload = payloads[m]
+                payload = payloads[int(mismatches[row])]
                 legs += [
-                    (WAIT, draft_s),
+                    (WAIT, float(draft_s[row])),
                     (UP, float(payload.uplink_bits / rate[row])),
-                    (WAIT, half_rtt),
+                    # expected ARQ retransmissions, as a wait (the band they take is not shared)
+                    (WAIT, float(retx_s[row]) + half_rtt),
                     (VERIFY, verify_s),
                 ]
-                head_s = self.head_s if head and m > 0 else 0.0
                 if payload.extra_round_trip:
                     # The edge asks for the mismatched positions' hidden states (RTT/2 down),
                     # the device sends them; the head runs; the answer goes down.
                     legs += [
                         (WAIT, half_rtt),
                         (UP, float(payload.extra_uplink_bits / rate[row])),
-                        (WAIT, half_rtt + head_s + half_rtt),
+                        (WAIT, half_rtt + float(head_s[row]) + half_rtt),
                     ]
                 else:
-                    legs.append((WAIT, head_s + half_rtt))
+                    legs.append((WAIT, float(head_s[row]) + half_rtt))
                 legs.append((END, 0.0))
             out[pid] = PromptProgram(
                 legs,
@@ -366,6 +381,7 @@ class WisvPricing:
             self.condition.rtt_s,
             int(self.gamma),
             head_s=self.head_s,
+            arq=self.arq,
         )
         prefill = np.asarray(
             self.profile.prefill_s(priced["prompt_tokens"].to_numpy()), dtype=float

@@ -56,10 +56,12 @@ import cvxpy as cp
 import numpy as np
 import pandas as pd
 
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.csi import (
     CsiSample,
     csi_ranges,
+    per_fit,
     repair_cost_rounds,
     round_compute_s,
     sample_csi,
@@ -360,14 +362,16 @@ def price_csi_samples(
     feature_names: Sequence[str],
     uplink_bits: float,
     round_compute: float,
+    arq: ArqSettings | None = None,
 ) -> list[dict[str, Any]]:
     """Each CSI sample as :func:`relabel_over_csi` takes it: its features ``feature_names``
     and its own repair cost [rounds] (``csi.repair_cost_rounds`` of that sample, for an upload
-    of ``uplink_bits`` [bit] and a round of compute ``round_compute`` [s])."""
+    of ``uplink_bits`` [bit], a round of compute ``round_compute`` [s] and retransmissions under
+    ``arq``)."""
     return [
         {
             "features": sample.features(feature_names),
-            "repair_cost": repair_cost_rounds(sample, uplink_bits, round_compute),
+            "repair_cost": repair_cost_rounds(sample, uplink_bits, round_compute, arq),
         }
         for sample in samples
     ]
@@ -411,8 +415,11 @@ def relabel_under_csi(
     uplink_bits = fh_payload(gamma, vocab_size, draft_hidden_size, wisv["hidden_bits"]).uplink_bits
     round_compute = round_compute_s(profile, gamma)
     ranges = csi_ranges(channels, cfg)
-    samples = sample_csi(ranges, cfg["num_csi_samples"], rng, wisv["correlation"])
-    csi = price_csi_samples(samples, wisv["csi_features"], uplink_bits, round_compute)
+    samples = sample_csi(
+        ranges, cfg["num_csi_samples"], rng, wisv["correlation"], per_fit(channels)
+    )
+    arq = ArqSettings.from_dict(wisv.get("arq"))
+    csi = price_csi_samples(samples, wisv["csi_features"], uplink_bits, round_compute, arq)
     costs = [c["repair_cost"] for c in csi]
     ordered = table.sort_values(["prompt_id", "position"], kind="stable")
     relabeled = relabel_over_csi(ordered, csi, cfg["lam_rounds_per_risk"], cfg["risk_budget"])

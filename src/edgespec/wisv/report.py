@@ -19,9 +19,10 @@ import numpy as np
 import pandas as pd
 
 from edgespec.report import markdown_table, precision_paragraph
-from edgespec.wireless.channel import ChannelCondition, uplink_rate_bps
+from edgespec.wireless.arq import ArqSettings
+from edgespec.wireless.channel import ChannelCondition, block_packet_error_rate, uplink_rate_bps
 from edgespec.wireless.delay import LatencyProfile
-from edgespec.wisv.evaluate import CSI_VARIANTS, protocol_params, round_latencies
+from edgespec.wisv.evaluate import CSI_VARIANTS, head_round_s, protocol_params, round_latencies
 from edgespec.wisv.summary import ANY_CHANNEL, display_table
 
 HEAD_NAMES = {
@@ -215,16 +216,21 @@ def latency_curves(
     inputs: ReportInputs,
     hidden_bits: int,
     snrs: np.ndarray = SNR_SWEEP_DB,
+    arq: ArqSettings | None = None,
 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str]:
     """FH against SH over channel quality: the WISV ``rounds`` (one CSI decode, its gains;
-    None where no WISV variant is configured) priced under each channel's bandwidth and RTT at
-    every average SNR of ``snrs`` [dB], as the mean latency per prompt [s] of each protocol.
-    FH wins at long RTT or fast uplinks, SH at short RTT and slow uplinks. Returns the curves
-    by label and a note on what they price."""
+    None where no WISV variant is configured) priced under each channel's bandwidth, RTT and
+    packet-error fit at every average SNR of ``snrs`` [dB], as the mean latency per answer [s]
+    of each protocol, charged as the main evaluation charges them (every draft forward, the
+    head's time per round, retransmissions under ``arq``, each prompt's prefill). FH wins at
+    long RTT or fast uplinks, SH at short RTT and slow uplinks. Returns the curves by label and
+    a note on what they price."""
     if rounds is None:
         return {}, "no WISV variant configured"
     gamma = int(rounds["num_drafted"].iloc[0])
     protocol = protocol_params(inputs.provenance, hidden_bits)
+    prompts = rounds.groupby("prompt_id", sort=False)["prompt_tokens"].first().to_numpy()
+    prefill = float(np.sum(inputs.profile.prefill_s(prompts)))
     curves = {}
     for spec in channels.values():
         base = ChannelCondition.from_dict(spec)
@@ -232,14 +238,18 @@ def latency_curves(
             k: v for k, v in base.to_dict().items() if k not in ("tx_power_dbm", "distance_m")
         }
         for variant in ("wisv_fh", "wisv_sh"):
+            head_s = head_round_s(variant, inputs.head_times)
             lat = []
             for snr in snrs:
                 cond = ChannelCondition.from_dict({**fields, "snr_db": float(snr)})
-                priced = rounds.assign(rate_bps=np.asarray(uplink_rate_bps(cond, rounds["gain"])))
-                per_round = round_latencies(
-                    priced, variant, protocol, inputs.profile, cond.rtt_s, gamma
+                priced = rounds.assign(
+                    rate_bps=np.asarray(uplink_rate_bps(cond, rounds["gain"])),
+                    per=np.asarray(block_packet_error_rate(cond, rounds["gain"])),
                 )
-                lat.append(per_round.sum() / rounds["prompt_id"].nunique())
+                per_round = round_latencies(
+                    priced, variant, protocol, inputs.profile, cond.rtt_s, gamma, head_s, arq=arq
+                )
+                lat.append((per_round.sum() + prefill) / len(prompts))
             label = (
                 f"{variant[5:].upper()}, W {base.bandwidth_hz / 1e6:g} MHz, "
                 f"RTT {base.rtt_s * 1e3:g} ms"
