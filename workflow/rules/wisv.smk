@@ -31,8 +31,11 @@ rule mine_labels:
             "max_mismatches_per_prompt",
             "label_max_new_tokens",
             "answer_marker",
+            "label_continuations",
+            "label_temperature",
         ),
         prompting=PROMPTING,
+        seed=config["seed"],
     script:
         "../scripts/mine_labels.py"
 
@@ -64,8 +67,9 @@ rule join_labels:
         mem_mb=grows_with_attempt(8000),
         runtime=grows_with_attempt(10),
     params:
-        # mine_labels' summary: the label budget is a setting; every other number is summed
-        summary_settings=["label_max_new_tokens"],
+        # mine_labels' summary: the label budget and the continuations per mismatch are
+        # settings; every other number is summed
+        summary_settings=["label_max_new_tokens", "continuations"],
     script:
         "../scripts/join_datasets.py"
 
