@@ -21,6 +21,7 @@ from edgespec.wisv.csi import (
     round_compute_s,
     sample_csi,
 )
+from edgespec.wisv.regimes import Pricing
 from edgespec.wisv.relabel import (
     TRADE_OFF_KEYS,
     RelabelError,
@@ -355,6 +356,13 @@ def test_each_csi_sample_is_priced_with_its_own_cost():
     assert len({entry["repair_cost"] for entry in priced}) == len(samples)
 
 
+PRICING = Pricing(
+    "measured",
+    PROFILE,
+    {"vocab_size": 60, "hidden_size": 896, "bits_per_value": 16},
+    {"head_round_s": {"wisv_head": 0.002}},
+    "a test pricing",
+)
 RELABEL_SETTINGS = {
     "relabel": {
         "gamma": 4,
@@ -362,7 +370,6 @@ RELABEL_SETTINGS = {
         "lam_rounds_per_risk": 3.0,
         "risk_budget": None,
     },
-    "hidden_bits": 16,
     "correlation": 0.8,
     "csi_features": ["snr_db_instantaneous", "rtt_ms"],
 }
@@ -391,11 +398,11 @@ def test_relabeling_under_csi_prices_every_sample_itself():
     each prompt's mismatches in response order, and the summary."""
     table = _mined()
     run = relabel_under_csi(
-        table, 896, PROFILE, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
+        table, PRICING, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
     )
     samples = sample_csi(csi_ranges(CHANNELS, {}), 4, np.random.default_rng(9), 0.8)
     bits = 4 * (896 * 16 + 6)  # vocabulary of 60 tokens: 6-bit ids
-    t0 = round_compute_s(PROFILE, 4)
+    t0 = round_compute_s(PROFILE, 4, head_s=0.002)  # the CSI head's time in the repair round
     costs = [repair_cost_rounds(s, bits, t0) for s in samples]
     out = run.relabeled
     ordered = table.sort_values(["prompt_id", "position"], kind="stable").index.to_numpy()
@@ -424,5 +431,5 @@ def test_relabeling_under_csi_stops_on_one_class_naming_the_file():
     table = _mined(labels=np.zeros(12, dtype=np.int64))
     with pytest.raises(RelabelError, match=r"mined labels \(m.parquet\): 12 safe and 0"):
         relabel_under_csi(
-            table, 896, PROFILE, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
+            table, PRICING, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
         )

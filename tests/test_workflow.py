@@ -161,10 +161,11 @@ def test_slurm_profile_dry_run_requests_resources(tmp_path):
         assert "cpus_per_task=2" in block and "slurm_account=acct" in block, rule
     decode = next(b for b in blocks if b.startswith("decode_cuhlm:"))
     assert "wildcards: variant=" in decode and "shard=" in decode and "gpu=1" in decode
-    # the 36 evaluation jobs of the default config (11 evaluate_cuhlm, 24 evaluate_wisv,
-    # joint_kstar) go to SLURM as 2 group jobs of <= 30
+    # the 60 evaluation jobs of the default config (11 evaluate_cuhlm, 48 evaluate_wisv: 2
+    # regimes x 4 variants x 2 channels x 3 gammas, joint_kstar) go to SLURM as 2 group jobs of
+    # <= 30
     counts = _job_counts(proc.stdout)
-    assert counts["evaluate_cuhlm"] + counts["evaluate_wisv"] + counts["joint_kstar"] == 36
+    assert counts["evaluate_cuhlm"] + counts["evaluate_wisv"] + counts["joint_kstar"] == 60
     assert proc.stdout.count("Group job evaluate") == 2
     for rule in ("select_dtype", "optimize_k", "decode_wisv_csi"):  # model stages of 8, 9, 10
         block = next(b for b in blocks if b.startswith(f"{rule}:"))

@@ -419,14 +419,16 @@ def evaluate_variant(
     seed: int,
     head_times: Mapping[str, Any] | None = None,
     arq: ArqSettings | None = None,
+    regime: str = "measured",
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Rule evaluate_wisv: ``variant``'s rounds priced under ``channel`` (``condition``) and
     ``gamma`` over every fading seed (:func:`price_over_seeds`, the head's time per round
     :func:`head_round_s` of ``head_times`` charged, retransmissions under ``arq``), and their
     summary.
 
-    Returns (costs: ``PROMPT_COLUMNS`` after variant, channel, gamma; summary: the variant,
-    channel, gamma, condition, profile source, head_round_s [s], the fading seeds, each seed's
+    Returns (costs: ``PROMPT_COLUMNS`` after regime, variant, channel, gamma; summary: the
+    pricing ``regime`` (``edgespec.wisv.regimes``), variant, channel, gamma, condition, profile
+    source, head_round_s [s], the fading seeds, each seed's
     e2e latency [s] (mean over prompts), tokens, rounds, summed latency [s], AAL and
     throughput [tokens/s], and their medians over seeds).
     """
@@ -437,6 +439,7 @@ def evaluate_variant(
     costs.insert(0, "gamma", gamma)
     costs.insert(0, "channel", channel)
     costs.insert(0, "variant", variant)
+    costs.insert(0, "regime", regime)
     per_seed = costs.groupby("fading_index").agg(
         e2e_latency_s=("latency_s", "mean"),
         tokens=("tokens", "sum"),
@@ -446,6 +449,7 @@ def evaluate_variant(
     per_seed["aal"] = per_seed["tokens"] / per_seed["rounds"]
     per_seed["throughput_tok_s"] = per_seed["tokens"] / per_seed["latency_s"]
     summary = {
+        "regime": regime,
         "variant": variant,
         "channel": channel,
         "gamma": gamma,
