@@ -8,7 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from edgespec.intervals import Interval, bootstrap_interval, seed_interval
+from edgespec.intervals import (
+    Interval,
+    bootstrap_interval,
+    format_bounds,
+    format_interval,
+    seed_interval,
+)
 
 
 def test_seed_interval_is_median_and_percentiles():
@@ -27,6 +33,25 @@ def test_interval_formats_and_flattens():
     assert iv.format(".1f", scale=100, suffix="%") == "50.0% [25.0, 75.0]"
     assert iv.as_dict("x") == {"x": 0.5, "x_lo": 0.25, "x_hi": 0.75}
     assert Interval(math.nan, math.nan, math.nan, 0.9).format() == "n/a"
+
+
+def test_format_interval_rules():
+    assert format_interval(3.851, 3.5, 7.0) == "3.85 [3.5, 7]"
+    assert format_interval(0.5, 0.25, 0.75, ".1f", 100, "%") == "50.0% [25.0, 75.0]"
+    # No figure: n/a, whatever the bounds.
+    for point in (None, math.nan, math.inf):
+        assert format_interval(point, 1.0, 2.0) == "n/a"
+    # No interval: the point alone.
+    assert format_interval(2.0, math.nan, 3.0) == "2"
+    assert format_interval(2.0, 1.0, None) == "2"
+    # An interval of no width is printed unless the caller collapses it.
+    assert format_interval(2.0, 2.0, 2.0) == "2 [2, 2]"
+    assert format_interval(2.0, 2.0, 2.0, collapse_equal=True) == "2"
+    assert format_interval(2.0, 1.0, 3.0, collapse_equal=True) == "2 [1, 3]"
+    # A negative scale flips the bounds into increasing order.
+    assert format_interval(0.25, 0.2, 0.3, ".3g", -100) == "-25 [-30, -20]"
+    assert format_interval(1.0, 0.5, 2.0, point_text="1.00x") == "1.00x [0.5, 2]"
+    assert format_bounds(0.1, 0.4, brackets="()") == "(0.1, 0.4)"
 
 
 def test_bad_level_is_refused():

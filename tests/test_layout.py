@@ -1,5 +1,48 @@
-"""The package's shape: imports run one way, no cycles, and the evaluation modules stay
-torch-free."""
+"""The package's shape: every module has a layer, imports run one way (down the layers), no
+cycles, and the evaluation modules stay torch-free.
+
+Layers of ``src/edgespec``, lowest first (:data:`LAYERS` holds the same, and a test keeps the two
+equal). A layer lists PARTS: a folder (all its modules, present and future) or a top-level module
+(``__init__`` is the package's own). A module may import modules of its own part and of any part
+in a LOWER layer; parts of one layer are independent of each other. A new folder or top-level
+module fails ``test_every_part_has_a_layer`` until it is placed here; a new file inside a folder
+needs no edit.
+
+  7 docs: readme_results
+    Renders the README's generated blocks from measured runs and from the config schema.
+  6 application: config, runcompare
+    Entry points over a whole run, for the workflow and the command line; nothing below imports
+    them.
+  5 study: multidevice
+    The many-devices simulation: re-prices both wings' decoded tables on one shared edge and
+    band. It imports no decoding, models or data (ALSO_FORBIDDEN): it never runs a model.
+  4 wings: cuhlm, wisv
+    The two reproduced systems; neither imports the other.
+  3 services: hardware, profiling, runconfig, scoring
+    What both wings use and that combines blocks: answer scoring (data), the measured latency
+    profile (decoding's uncertainty), the objects every model stage builds alike (models, data,
+    decoding), the paper-hardware roofline profile (wireless' LatencyProfile).
+  2 blocks: data, decoding, models, plots, report, shards, wireless
+    The independent parts: prompt sets, the speculative-decoding core, model pairs, the
+    uplink and delay model; figures, report tables and the shards a stage writes.
+  1 foundation: __init__, artifacts, checks, intervals, seeding, variants
+    Helpers that import no other edgespec module: atomic files, number checks, interval
+    statistics and formats, seeds, variant ids.
+
+Two placements were choices:
+
+- ``config`` is the top (application) layer rather than each check moving beside its part. It
+  validates the WHOLE configuration before the first job, and its checks relate keys of several
+  parts (the priced gammas of wisv against the latency table, the multi-device methods against
+  the decoded variants, the batch-time table against the device counts); to check a value it
+  builds it with the part's own constructor (``LatencyProfile``, ``ChannelCondition``,
+  ``BatchTimes``), so a value is never checked by two different rules. Spread over the parts,
+  those checks would make a lower part read a higher part's keys.
+- ``profiling`` is a service below the wings: it times what every stream does (forwards, the
+  uncertainty estimate, the prefill, a head round, the edge's batched forwards) and exports
+  ``median_time``; the CU-HLM wing's own device work (online k(t), top-k extraction) is timed
+  in ``cuhlm.profile`` with it, so profiling imports no wing.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +56,26 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "edgespec"
 WINGS = ("cuhlm", "wisv")
+
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    (
+        "foundation",
+        frozenset({"__init__", "artifacts", "checks", "intervals", "seeding", "variants"}),
+    ),
+    ("blocks", frozenset({"data", "decoding", "models", "plots", "report", "shards", "wireless"})),
+    ("services", frozenset({"hardware", "profiling", "runconfig", "scoring"})),
+    ("wings", frozenset({"cuhlm", "wisv"})),
+    ("study", frozenset({"multidevice"})),
+    ("application", frozenset({"config", "runcompare"})),
+    ("docs", frozenset({"readme_results"})),
+)
+"""The layers of the module docstring, lowest first: (name, parts)."""
+
+ALSO_FORBIDDEN = {
+    # The simulation re-prices decoded tables: no models, no decoding core.
+    "multidevice": frozenset({"decoding", "models", "data"}),
+}
+"""Imports a part may not make although the layers allow them."""
 
 
 def _module_name(path: Path) -> str:
@@ -39,8 +102,37 @@ def _import_graph() -> dict[str, set[str]]:
 
 
 def _part(module: str) -> str:
-    """The folder a module lives in (``decoding``, ``cuhlm``, ...) or the module itself."""
-    return module.split(".")[1] if module.count(".") >= 1 else module
+    """The folder a module lives in (``decoding``, ``cuhlm``, ...), the top-level module itself,
+    or ``__init__`` for the package."""
+    return module.split(".")[1] if module.count(".") >= 1 else "__init__"
+
+
+def layering_violations(
+    graph: dict[str, set[str]], layers=LAYERS, also_forbidden=ALSO_FORBIDDEN
+) -> list[str]:
+    """Every import of ``graph`` (module -> modules it imports) that breaks the layers: one
+    that goes up or sideways to another part of the same layer, one that ``also_forbidden``
+    names, and every module whose part has no layer."""
+    rank = {part: i for i, (_, parts) in enumerate(layers) for part in parts}
+    name = {part: layer for layer, parts in layers for part in parts}
+    bad = []
+    for module in sorted(graph):
+        part = _part(module)
+        if part not in rank:
+            bad.append(f"{module}: part {part!r} has no layer")
+            continue
+        for dep in sorted(graph[module]):
+            other = _part(dep)
+            if other == part:
+                continue
+            if other not in rank:
+                bad.append(f"{module} imports {dep}: part {other!r} has no layer")
+            elif rank[other] >= rank[part]:
+                where = "the same layer" if rank[other] == rank[part] else "a higher layer"
+                bad.append(f"{module} ({name[part]}) imports {dep} ({name[other]}): {where}")
+            elif other in also_forbidden.get(part, ()):
+                bad.append(f"{module} imports {dep}: {part} may not import {other}")
+    return bad
 
 
 def test_no_import_cycles():
@@ -62,28 +154,46 @@ def test_no_import_cycles():
             visit(module, [module])
 
 
-@pytest.mark.parametrize(
-    ("layer", "forbidden"),
-    [
-        ("decoding", {"cuhlm", "wisv", "wireless", "models", "data", "multidevice"}),
-        ("wireless", {"cuhlm", "wisv", "decoding", "models", "data", "multidevice"}),
-        ("cuhlm", {"wisv", "multidevice"}),
-        ("wisv", {"cuhlm", "multidevice"}),
-        ("data", {"cuhlm", "wisv", "decoding", "wireless", "models", "multidevice"}),
-        # The simulation re-prices decoded tables: no models, no decoding core.
-        ("multidevice", {"decoding", "models", "data"}),
-    ],
-)
-def test_imports_run_one_way(layer, forbidden):
-    graph = _import_graph()
-    bad = sorted(
-        f"{module} imports {dep}"
-        for module, deps in graph.items()
-        if _part(module) == layer
-        for dep in deps
-        if _part(dep) in forbidden
-    )
+def test_every_part_has_a_layer():
+    """Every folder and top-level module of src/edgespec is in exactly one layer, and every
+    part the layers name exists (no stale rows)."""
+    parts = {_part(m) for m in _import_graph()}
+    placed = [part for _, layer in LAYERS for part in layer]
+    assert len(placed) == len(set(placed)), f"a part is in two layers: {sorted(placed)}"
+    assert not parts - set(placed), f"parts without a layer: {sorted(parts - set(placed))}"
+    assert not set(placed) - parts, f"layers name missing parts: {sorted(set(placed) - parts)}"
+
+
+def test_imports_run_down_the_layers():
+    bad = layering_violations(_import_graph())
     assert not bad, "\n".join(bad)
+
+
+def test_the_docstring_diagram_is_the_layers():
+    for number, (name, parts) in enumerate(LAYERS, start=1):
+        line = f"  {number} {name}: {', '.join(sorted(parts))}\n"
+        assert line in __doc__, f"the module docstring lacks the line {line!r}"
+
+
+def test_the_layering_check_sees_each_kind_of_breach():
+    """``layering_violations`` on a made-up graph: an upward import, a sideways one, an
+    ALSO_FORBIDDEN one and a module without a layer are each reported; downward ones are not."""
+    graph = {
+        "edgespec.decoding.engine": {"edgespec.cuhlm.policies", "edgespec.artifacts"},
+        "edgespec.cuhlm.policies": {"edgespec.wisv.head", "edgespec.cuhlm.kselect"},
+        "edgespec.multidevice.workload": {"edgespec.models.load", "edgespec.cuhlm.evaluate"},
+        "edgespec.newpart.thing": set(),
+        "edgespec.config": {"edgespec.newpart.thing"},
+    }
+    bad = layering_violations(graph)
+    assert bad == [
+        "edgespec.config imports edgespec.newpart.thing: part 'newpart' has no layer",
+        "edgespec.cuhlm.policies (wings) imports edgespec.wisv.head (wings): the same layer",
+        "edgespec.decoding.engine (blocks) imports edgespec.cuhlm.policies (wings): a higher layer",
+        "edgespec.multidevice.workload imports edgespec.models.load: "
+        "multidevice may not import models",
+        "edgespec.newpart.thing: part 'newpart' has no layer",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -108,6 +218,15 @@ def test_imports_run_one_way(layer, forbidden):
         "edgespec.multidevice.workload",
         "edgespec.multidevice.sweep",
         "edgespec.multidevice.summary",
+        "edgespec.checks",
+        "edgespec.intervals",
+        "edgespec.readme_results",
+        "edgespec.runcompare",
+        "edgespec.multidevice.batchprofile",
+        "edgespec.multidevice.devices",
+        "edgespec.multidevice.capacity",
+        "edgespec.multidevice.report",
+        "edgespec.multidevice.job",
     ],
 )
 def test_evaluation_modules_import_neither_torch_nor_transformers(module):

@@ -16,16 +16,34 @@ from edgespec.config import (
     validate_config,
     wisv_channels,
 )
+from edgespec.cuhlm.profile import (
+    measure_draft_vocabulary_operations,
+    measure_vocabulary_operations,
+    topk_ladder,
+)
 from edgespec.hardware import HardwareSpec, roofline_profile
 from edgespec.profiling import (
     measure_head_round_s,
     measure_latency_profile,
     measure_prefill_token_s,
-    measure_vocabulary_operations,
-    topk_ladder,
 )
-from edgespec.report import headline_table, markdown_table, paper_comparison, precision_paragraph
+from edgespec.report import (
+    format_figure,
+    headline_table,
+    markdown_table,
+    paper_comparison,
+    precision_paragraph,
+)
 from edgespec.wireless.delay import LatencyProfile
+
+
+def test_format_figure_per_unit():
+    assert format_figure(0.9025, "x") == "0.902x"
+    assert format_figure(1014.2, "x") == "1014x"  # no exponent notation from 1000 on
+    assert format_figure(0.748, "%", scale=100) == "74.8%"
+    assert format_figure(12.0, "devices") == "12 devices"
+    assert format_figure(0.5, "") == "0.5"
+    assert format_figure(None, "x") == format_figure(math.nan, "%") == "n/a"
 
 
 def test_paper_comparison_reads_the_named_condition():
@@ -153,10 +171,15 @@ def test_latency_profile_is_measured_on_tiny_models(tiny_target, tiny_draft_clos
         theta_max=2.0,
         seed=0,
     )
+    assert "online_k_s" not in profile and "topk_s" not in profile
+    # The device's CU-HLM vocabulary work, timed on the real |V| = 61 distribution and added
+    # by rule profile_latency.
+    profile.update(
+        measure_draft_vocabulary_operations(tiny_draft_close, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 3)
+    )
     parsed = LatencyProfile.from_dict(profile)
     assert parsed.draft_token_s > 0 and parsed.target_token_s > 0 and parsed.uncertainty_s > 0
     assert parsed.target_verify(4) > 0 and profile["machine"]["repeats"] == 3
-    # The device's CU-HLM vocabulary work, timed on the real |V| = 61 distribution.
     assert parsed.online_k_s > 0
     assert list(parsed.topk_s) == topk_ladder(61) == [1, 4, 16, 60]
     assert all(s > 0 for s in parsed.topk_s.values())

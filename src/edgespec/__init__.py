@@ -13,9 +13,10 @@ The package reads as the system does:
 - ``edgespec.models``: model pairs (presets, fetching, loading, tiny test models).
 - ``edgespec.data``: prompt sets (schema, answers, generators, hub adapters, splits).
 - Cross-cutting helpers: ``config`` (schema validation), ``artifacts`` (atomic writes, logs),
-  ``seeding``, ``variants`` (variant ids), ``runconfig`` (objects the stages build alike),
-  ``scoring`` (text similarity and answers), ``profiling`` (the measured latency profile),
-  ``report`` and ``plots``.
+  ``checks`` (number checks), ``intervals`` (spreads and their format), ``seeding``,
+  ``variants`` (variant ids), ``runconfig`` (objects the stages build alike), ``scoring`` (text
+  similarity and answers), ``profiling`` (the measured latency profile), ``report`` and ``plots``.
 
-Imports run one way: the wings use ``decoding`` and ``wireless``, never the reverse.
+Imports run one way, down the layers that ``tests/test_layout.py`` lists for every folder and
+top-level module: the wings use ``decoding`` and ``wireless``, never the reverse.
 """

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from edgespec import checks
 from edgespec.wireless.delay import LatencyProfile
 
 PAPER_HARDWARE_SOURCE = "paper_hardware"
@@ -56,13 +57,8 @@ class HardwareSpec:
             "bytes_per_weight",
             "logit_bytes",
         ):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not (
-                isinstance(value, int | float) and math.isfinite(value) and value > 0
-            ):
-                raise ValueError(
-                    f"hardware figure {key} must be a finite number > 0, got {value!r}"
-                )
+            value = checks.positive_number(f"hardware figure {key}", getattr(self, key))
+            object.__setattr__(self, key, value)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> HardwareSpec:

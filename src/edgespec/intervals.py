@@ -10,6 +10,9 @@ Two sources of randomness decide most figures (methods §6, reporting):
   a small prompt set; they get a percentile bootstrap interval over prompts
   (:func:`bootstrap_interval`, 95% by default), drawn from a seeded generator passed in.
 
+Every report table prints a figure and its interval the same way, ``"3.85 [3.50, 7.00]"``
+(:func:`format_interval`, with its rules for a missing figure or interval).
+
 Torch-free, so the evaluation and report jobs stay cheap to start.
 """
 
@@ -40,11 +43,49 @@ class Interval:
         return {name: self.point, f"{name}_lo": self.low, f"{name}_hi": self.high}
 
     def format(self, spec: str = ".3g", scale: float = 1.0, suffix: str = "") -> str:
-        """``"3.85 [3.50, 7.00]"`` (``scale`` multiplies all three, e.g. 100 for percent)."""
-        if not math.isfinite(self.point):
-            return "n/a"
-        p, lo, hi = (format(v * scale, spec) for v in (self.point, self.low, self.high))
-        return f"{p}{suffix} [{lo}, {hi}]"
+        """``"3.85 [3.50, 7.00]"`` (:func:`format_interval`)."""
+        return format_interval(self.point, self.low, self.high, spec, scale, suffix)
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def format_bounds(low, high, spec: str = ".3g", scale: float = 1.0, brackets: str = "[]") -> str:
+    """``"[3.50, 7.00]"``: ``low`` and ``high`` times ``scale``, formatted with ``spec``, in
+    increasing order (a negative ``scale``, e.g. -100 for a reduction in percent, flips them)."""
+    a, b = sorted([low * scale, high * scale])
+    return f"{brackets[0]}{format(a, spec)}, {format(b, spec)}{brackets[1]}"
+
+
+def format_interval(
+    point,
+    low,
+    high,
+    spec: str = ".3g",
+    scale: float = 1.0,
+    suffix: str = "",
+    *,
+    point_text: str | None = None,
+    collapse_equal: bool = False,
+) -> str:
+    """``"3.85 [3.50, 7.00]"``: a figure and its interval, as every report table prints them.
+
+    Each value is multiplied by ``scale`` (100 for percent) and formatted with ``spec``;
+    ``suffix`` follows the point, ``point_text`` (where given) replaces the formatted point and
+    its suffix (a caller that prints the point in its own unit format). The rules:
+
+    - no figure (``point`` None, NaN or infinite): ``"n/a"``;
+    - no interval (``low`` or ``high`` None or not finite), or with ``collapse_equal`` an
+      interval of no width (``low == high == point``): the point alone;
+    - otherwise ``"point [low, high]"``, the bounds by :func:`format_bounds` (increasing).
+    """
+    if not _finite(point):
+        return "n/a"
+    text = point_text if point_text is not None else f"{format(point * scale, spec)}{suffix}"
+    if not (_finite(low) and _finite(high)) or (collapse_equal and low == high == point):
+        return text
+    return f"{text} {format_bounds(low, high, spec, scale)}"
 
 
 def _check_level(level: float) -> float:

@@ -1,11 +1,11 @@
 """Measured compute-time profile of a model pair on the machine running the workflow (methods §5).
 
 One stream (batch 1), as one device would run it: draft time per token, target time per
-token, target time for one verification forward over gamma+1 tokens, the time of the
-uncertainty estimate and, on the draft's real distribution over the full vocabulary, the
-device's CU-HLM vocabulary work (:func:`measure_vocabulary_operations`: the online k(t)
-selection and top-k extraction at a ladder of k). Each quantity gets one warm-up and the
-median of ``repeats`` timings.
+token, target time for one verification forward over gamma+1 tokens and the time of the
+uncertainty estimate; the prompt prefill, a decision-head round and the edge's batched
+forwards. Each quantity gets one warm-up and the median of ``repeats`` timings
+(:func:`median_time`). Nothing here belongs to one wing: the CU-HLM vocabulary work (online
+k(t) selection, top-k extraction) is timed by ``edgespec.cuhlm.profile`` with these helpers.
 """
 
 from __future__ import annotations
@@ -19,13 +19,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from edgespec.cuhlm.calibration import LinearFit
-from edgespec.cuhlm.kselect import online_k
 from edgespec.decoding.uncertainty import perturbation_uncertainty
-
-NOMINAL_FIT = LinearFit(a=0.8, b=-0.06, r2=float("nan"), pearson_r=float("nan"), n=0)
-"""The calibration fit the online k(t) selection is timed with: its work (one sort of x, a
-prefix sum and one batched search over every k) does not depend on the fit's values."""
 
 
 def _sync() -> None:
@@ -33,7 +27,9 @@ def _sync() -> None:
         torch.cuda.synchronize()  # GPU kernels run asynchronously: wait before reading the clock
 
 
-def _median_time(fn, repeats: int) -> float:
+def median_time(fn, repeats: int) -> float:
+    """Median seconds of ``repeats`` calls of ``fn`` after one untimed warm-up call, the GPU
+    synchronised around each (on a CPU-only machine, wall seconds)."""
     fn()  # warm-up: first calls allocate and pick kernels
     times = []
     for _ in range(repeats):
@@ -60,7 +56,14 @@ def _forward_time(model, prompt: Sequence[int], new_tokens: int, repeats: int) -
         model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=new_tokens)
         cache.crop(-new_tokens)  # a negative count removes that many trailing positions
 
-    return _median_time(run, repeats)
+    return median_time(run, repeats)
+
+
+@torch.inference_mode()
+def next_token_logits(model: torch.nn.Module, prompt: Sequence[int]) -> torch.Tensor:
+    """[1, V] float32 logits (on the CPU) of the token after ``prompt``: one uncached forward."""
+    ids = torch.tensor([list(prompt)], device=next(model.parameters()).device)
+    return model(input_ids=ids, logits_to_keep=1).logits[:, -1].float().cpu()
 
 
 def measure_latency_profile(
@@ -74,28 +77,23 @@ def measure_latency_profile(
     seed: int,
 ) -> dict:
     """A latency profile dict (seconds) in the format of
-    :class:`edgespec.wireless.delay.LatencyProfile`."""
+    :class:`edgespec.wireless.delay.LatencyProfile`, without the CU-HLM vocabulary work
+    (``online_k_s``, ``topk_s``: ``edgespec.cuhlm.profile``)."""
     draft_token_s = _forward_time(draft, prompt, 1, repeats)
     target_token_s = _forward_time(target, prompt, 1, repeats)
     verify = {str(g): _forward_time(target, prompt, g + 1, repeats) for g in sorted(set(gammas))}
-    with torch.inference_mode():
-        ids = torch.tensor([list(prompt)], device=next(draft.parameters()).device)
-        logits = draft(input_ids=ids, logits_to_keep=1).logits[:, -1].float().cpu()
+    logits = next_token_logits(draft, prompt)
     generator = torch.Generator().manual_seed(seed)
     token = logits.argmax(-1)
-    uncertainty_s = _median_time(
+    uncertainty_s = median_time(
         lambda: perturbation_uncertainty(logits, token, uncertainty_samples, theta_max, generator),
         repeats,
-    )
-    vocabulary = measure_vocabulary_operations(
-        torch.softmax(logits.to(torch.float32), -1), token, repeats
     )
     return {
         "draft_token_s": draft_token_s,
         "target_token_s": target_token_s,
         "target_verify_s": verify,
         "uncertainty_s": uncertainty_s,
-        **vocabulary,
         "source": "measured",
         "machine": {
             "processor": platform.processor() or platform.machine(),
@@ -106,38 +104,6 @@ def measure_latency_profile(
             "repeats": repeats,
         },
     }
-
-
-def topk_ladder(vocab_size: int) -> list[int]:
-    """Upload sizes the top-k extraction is timed at: 1, powers of 4 below |V|, and |V| - 1."""
-    sizes = {1, vocab_size - 1}
-    k = 4
-    while k < vocab_size:
-        sizes.add(k)
-        k *= 4
-    return sorted(s for s in sizes if 1 <= s < vocab_size)
-
-
-def measure_vocabulary_operations(
-    probs: torch.Tensor, token: torch.Tensor, repeats: int, theta_tv: float = 0.1
-) -> dict:
-    """Median times [s] of the device's per-token CU-HLM work on one real distribution x
-    (``probs`` [1, V], batch 1): ``online_k_s``, one online k(t) selection
-    (:func:`edgespec.cuhlm.kselect.online_k` over every k, timed with :data:`NOMINAL_FIT`), and
-    ``topk_s``, k -> one ``torch.topk`` extraction of k values and indices, at the sizes of
-    :func:`topk_ladder`."""
-    if probs.dim() != 2 or probs.shape[0] != 1:
-        raise ValueError(f"probs must be one distribution [1, V], got {tuple(probs.shape)}")
-    vocab = probs.shape[-1]
-    u = torch.full((1,), 0.5)
-    online_k_s = _median_time(
-        lambda: online_k(probs, token.view(1), u, NOMINAL_FIT, theta_tv), repeats
-    )
-    topk_s = {
-        str(k): _median_time(lambda k=k: torch.topk(probs, k, dim=-1), repeats)
-        for k in topk_ladder(vocab)
-    }
-    return {"online_k_s": online_k_s, "topk_s": topk_s}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,7 +122,7 @@ def measure_prefill_token_s(model: torch.nn.Module, prompt: Sequence[int], repea
     def run():
         model(input_ids=ids, use_cache=True, logits_to_keep=1)
 
-    return _median_time(run, repeats) / len(prompt)
+    return median_time(run, repeats) / len(prompt)
 
 
 @torch.inference_mode()
@@ -178,7 +144,7 @@ def measure_head_round_s(head: torch.nn.Module, gamma: int, csi, repeats: int) -
     def run():
         torch.sigmoid(head(h_draft, h_target, features))
 
-    return _median_time(run, repeats)
+    return median_time(run, repeats)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,53 +152,77 @@ def measure_head_round_s(head: torch.nn.Module, gamma: int, csi, repeats: int) -
 # ---------------------------------------------------------------------------------------------
 
 
-@torch.inference_mode()
-def measure_target_batch_times(
-    target: torch.nn.Module,
-    prompt: Sequence[int],
-    tokens_per_row: Sequence[int],
-    batch_sizes: Sequence[int],
-    repeats: int,
-) -> dict[str, dict[str, float]]:
-    """Median time [s] of one KV-cached target forward over ``tokens`` new tokens in each of
-    ``batch`` rows, for every ``tokens`` in ``tokens_per_row`` and ``batch`` in
-    ``batch_sizes``: ``{str(tokens): {str(batch): seconds}}`` (one warm-up, ``repeats`` timed).
+class BatchedForwardTimer:
+    """One KV-cached target forward over ``tokens`` new tokens in each of ``batch`` rows after
+    ``context`` tokens, timed (a callable for ``edgespec.multidevice.batchprofile.collect``).
 
-    Every row continues ``prompt`` (prefilled once at batch 1; the cache is then repeated per
-    batch size, so no batch is prefilled), and each timed forward is cropped off again, so every
-    repeat sees the same context. Tokens 1 is CU-HLM's verification forward (``target_token_s``
-    at batch 1), gamma + 1 a WISV round's (``target_verify_s[gamma]``).
-    """
-    import copy
+    Each context is ``prompt`` continued by its own tokens repeated up to that length, prefilled
+    once at batch 1; its cache is then repeated to every batch size, so no batch is prefilled,
+    and each timed forward is cropped off again, so every call sees the same context. Tokens 1
+    is CU-HLM's verification forward, s + 1 one after s skipped tokens, gamma + 1 a WISV
+    round's. :meth:`warm_up` runs every shape once (first calls allocate and pick kernels); given
+    ``warm_tokens``, the constructor runs it for those token counts."""
 
-    tokens_per_row = sorted({int(t) for t in tokens_per_row})
-    batch_sizes = sorted({int(b) for b in batch_sizes})
-    if not tokens_per_row or min(tokens_per_row) < 1:
-        raise ValueError(f"tokens per row must be >= 1, got {tokens_per_row}")
-    if not batch_sizes or min(batch_sizes) < 1:
-        raise ValueError(f"batch sizes must be >= 1, got {batch_sizes}")
-    if len(prompt) < 1:
-        raise ValueError("need a non-empty prompt to time batched forwards")
-    device = next(target.parameters()).device
-    prefilled = DynamicCache()
-    target(
-        input_ids=torch.tensor([list(prompt)], device=device),
-        cache=prefilled,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    out: dict[str, dict[str, float]] = {str(t): {} for t in tokens_per_row}
-    for batch in batch_sizes:
-        cache = copy.deepcopy(prefilled)
-        if batch > 1:
-            cache.batch_repeat_interleave(batch)
-        for tokens in tokens_per_row:
-            row = [prompt[-1 - (i % len(prompt))] for i in range(tokens)]
-            step = torch.tensor([row] * batch, device=device)
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        prompt: Sequence[int],
+        contexts: Sequence[int],
+        batch_sizes: Sequence[int],
+        warm_tokens: Sequence[int] = (),
+    ):
+        import copy
 
-            def run(step=step, cache=cache, tokens=tokens):
-                target(input_ids=step, cache=cache, use_cache=True, logits_to_keep=tokens)
-                cache.crop(-tokens)  # a negative count removes that many trailing positions
+        if len(prompt) < 1:
+            raise ValueError("need a non-empty prompt to time batched forwards")
+        if not contexts or min(contexts) < len(prompt):
+            raise ValueError(f"contexts {list(contexts)} must be >= the prompt ({len(prompt)})")
+        if not batch_sizes or min(batch_sizes) < 1:
+            raise ValueError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
+        self.target = target
+        self.device = next(target.parameters()).device
+        self.prompt = [int(t) for t in prompt]
+        self.caches = {}
+        with torch.inference_mode():
+            for context in sorted(set(contexts)):
+                ids = [self.prompt[i % len(self.prompt)] for i in range(context)]
+                prefilled = DynamicCache()
+                target(
+                    input_ids=torch.tensor([ids], device=self.device),
+                    cache=prefilled,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                for batch in sorted(set(batch_sizes)):
+                    cache = copy.deepcopy(prefilled)
+                    if batch > 1:
+                        cache.batch_repeat_interleave(batch)
+                    self.caches[(context, batch)] = cache
+        if warm_tokens:
+            self.warm_up(warm_tokens)
 
-            out[str(tokens)][str(batch)] = _median_time(run, repeats)
-    return out
+    @torch.inference_mode()
+    def _forward(self, context: int, tokens: int, batch: int) -> None:
+        if tokens < 1:
+            raise ValueError(f"tokens per row must be >= 1, got {tokens}")
+        cache = self.caches[(context, batch)]
+        row = [self.prompt[-1 - (i % len(self.prompt))] for i in range(tokens)]
+        step = torch.tensor([row] * batch, device=self.device)
+        self.target(input_ids=step, cache=cache, use_cache=True, logits_to_keep=tokens)
+        cache.crop(-tokens)  # a negative count removes that many trailing positions
+
+    def warm_up(self, tokens_per_row: Sequence[int]) -> None:
+        """One forward of every (batch, tokens) shape, at the shortest context (the longer
+        ones differ only in the cache they attend to)."""
+        shortest = min(context for context, _ in self.caches)
+        for context, batch in self.caches:
+            if context == shortest:
+                for tokens in tokens_per_row:
+                    self._forward(context, int(tokens), batch)
+
+    def __call__(self, context: int, tokens: int, batch: int) -> float:
+        _sync()
+        start = time.perf_counter()
+        self._forward(context, tokens, batch)
+        _sync()
+        return time.perf_counter() - start

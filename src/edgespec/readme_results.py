@@ -34,6 +34,8 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from edgespec.report import format_figure
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "docs" / "results"
 INDEX = "README.md"
@@ -222,17 +224,10 @@ def latest_full(results_dir: Path = RESULTS_DIR) -> Path:
 
 
 def fmt_value(value: float, unit: str) -> str:
-    """A headline figure: ``3.85x``, ``46.1%``, ``2535x`` (no exponent), ``not reached``."""
-    if math.isinf(value):
-        return "not reached"
-    if not math.isfinite(value):
-        return "n/a"
-    if unit == "%":
-        return f"{value:.1f}%"
-    text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-    if unit == "x":
-        return f"{text}x"
-    return f"{text}{' ' + unit if unit else ''}"
+    """A headline CSV figure (percentages already in percent) by
+    :func:`edgespec.report.format_figure`, and ``not reached`` for an infinite one, a limit the
+    sweep did not reach (the many-devices counts)."""
+    return "not reached" if math.isinf(value) else format_figure(value, unit)
 
 
 def _paper(text: str, unit: str) -> str:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from edgespec.intervals import format_interval
+
 HEADLINE_COLUMNS = ("metric", "paper", "ours", "ours_lo", "ours_hi", "unit", "where")
 """The columns of every ``<wing>_headline.csv`` (CU-HLM, WISV, many devices), which
 :mod:`edgespec.readme_results` renders into the README."""
@@ -116,18 +118,32 @@ PROFILE_DEPENDENT = ("throughput_gain", "latency_ratio", "end_to_end_latency_rat
 tables and the text scores alone)."""
 
 
-def _fmt(value: float, unit: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+def format_figure(value: float | None, unit: str, scale: float = 1.0) -> str:
+    """A headline figure in its unit, as the reports and the README print it: ``"0.903x"``,
+    ``"1014x"``, ``"74.8%"``, ``"12 devices"``.
+
+    ``scale`` multiplies the value first (100 for a fraction shown in percent). None or NaN is
+    ``"n/a"``. A percentage gets one decimal; any other figure three significant digits below
+    1000 and whole numbers from 1000 on (no exponent notation), followed by ``x`` directly or by
+    another unit after a space.
+    """
+    if value is None or math.isnan(value):
         return "n/a"
-    return f"{value:.3g}x" if unit == "x" else f"{100 * value:.1f}%"
+    value = value * scale
+    if unit == "%":
+        return f"{value:.1f}%"
+    text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    if unit == "x":
+        return f"{text}x"
+    return f"{text}{' ' + unit if unit else ''}"
 
 
 def _fmt_interval(point: float, low: float, high: float, unit: str) -> str:
-    text = _fmt(point, unit)
-    if text == "n/a" or not (math.isfinite(low) and math.isfinite(high)):
-        return text
+    """``"12.5x [10, 20]"``, ``"50.0% [40, 60]"``: the point by :func:`format_figure`, the
+    bounds (same scale) with three significant digits; a fraction's unit is ``%``."""
     scale = 1.0 if unit == "x" else 100.0
-    return f"{text} [{low * scale:.3g}, {high * scale:.3g}]"
+    figure = format_figure(point, unit, scale)
+    return format_interval(point, low, high, ".3g", scale, point_text=figure)
 
 
 def _reference_rows(summary: pd.DataFrame, ref: PaperNumber, profile: str) -> pd.DataFrame:

@@ -1,5 +1,5 @@
-"""Rule profile_latency (edgespec.profiling): measured (or configured) compute times of the pair,
-prompt prefill included."""
+"""Rule profile_latency (edgespec.profiling; CU-HLM wing, edgespec.cuhlm.profile): measured (or
+configured) compute times of the pair, prompt prefill and the CU-HLM vocabulary work included."""
 
 from edgespec.artifacts import setup_logging
 
@@ -14,6 +14,7 @@ if latency["mode"] == "given":
     given = {k: v for k, v in latency["given"].items() if k != "head_round_s"}
     profile = {**given, "source": "given"}
 else:
+    from edgespec.cuhlm.profile import measure_draft_vocabulary_operations
     from edgespec.data.records import read_jsonl
     from edgespec.profiling import measure_latency_profile, measure_prefill_token_s
     from edgespec.runconfig import chat_prompts, load_models
@@ -31,6 +32,7 @@ else:
         params.uncertainty["theta_max"],
         params.seed,
     )
+    profile.update(measure_draft_vocabulary_operations(draft, prompt, latency["repeats"]))
     # WISV charges each answer its prompt's prefill on both models.
     profile["draft_prefill_token_s"] = measure_prefill_token_s(draft, prompt, latency["repeats"])
     profile["target_prefill_token_s"] = measure_prefill_token_s(target, prompt, latency["repeats"])

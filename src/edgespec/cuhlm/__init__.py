@@ -7,6 +7,7 @@
 - ``decode``: decoding one variant into a per-token table.
 - ``evaluate``: pricing a token table under a channel, and the metrics (torch-free).
 - ``scores``: text-level scores of the completions.
+- ``profile``: the device's vocabulary work (online k(t), top-k extraction) timed.
 
 Uses ``edgespec.decoding`` and ``edgespec.wireless``.
 """

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgespec import checks
 from edgespec.seeding import derive_seed
 from edgespec.variants import CUHLM_VARIANTS as VARIANTS
 from edgespec.variants import (
@@ -69,8 +70,7 @@ def token_gains(
     therefore see the same gain at every (prompt, position, seed) they both have, whatever
     their completions' lengths; different seeds are independent realisations.
     """
-    if isinstance(seed_index, bool) or int(seed_index) != seed_index or seed_index < 0:
-        raise ValueError(f"seed_index must be an integer >= 0, got {seed_index!r}")
+    checks.integer("seed_index", seed_index, 0)
     gains = np.ones(len(tokens))
     if condition.fading == "awgn":
         return gains
@@ -219,8 +219,7 @@ def price_variant(
     :func:`variant_metrics`. The gains of a fading model and seed are drawn once
     (:func:`token_gains` from :func:`fading_base_seed`) and shared by every SNR and profile.
     """
-    if isinstance(fading_seeds, bool) or int(fading_seeds) < 1:
-        raise ValueError(f"fading_seeds must be >= 1, got {fading_seeds!r}")
+    fading_seeds = checks.integer("fading_seeds", fading_seeds)
     if not conditions or not profiles:
         raise ValueError("need at least one channel condition and one latency profile")
     unc = uses_uncertainty(variant)

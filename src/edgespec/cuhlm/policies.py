@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from edgespec import checks
 from edgespec.cuhlm.calibration import LinearFit
 from edgespec.cuhlm.kselect import online_k
 from edgespec.decoding.compression import reconstruct_topk
@@ -63,9 +64,7 @@ class FixedK:
     needs_uncertainty = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or int(self.k) != self.k or self.k < 1:
-            raise ValueError(f"FixedK needs an integer k >= 1, got {self.k!r}")
-        object.__setattr__(self, "k", int(self.k))
+        object.__setattr__(self, "k", checks.integer("FixedK k", self.k))
 
     def __call__(self, probs: torch.Tensor, draft_tokens: torch.Tensor, u: torch.Tensor):
         batch, vocab = probs.shape
@@ -120,9 +119,7 @@ class ThresholdPolicy(TokenPolicy):
             raise ValueError(f"u_th must be a finite number or None, got {u_th!r}")
         self.u_th = None if u_th is None or float(u_th) < 0 else float(u_th)
         self.k_rule = k_rule if k_rule is not None else FullUpload()
-        if isinstance(uncertainty_samples, bool) or int(uncertainty_samples) < 0:
-            raise ValueError(f"uncertainty_samples must be >= 0, got {uncertainty_samples!r}")
-        self.uncertainty_samples = int(uncertainty_samples)
+        self.uncertainty_samples = checks.integer("uncertainty_samples", uncertainty_samples, 0)
         self.uncertainty_theta_max = float(theta_max)
         if self.uncertainty_samples == 0 and (
             self.u_th is not None or self.k_rule.needs_uncertainty

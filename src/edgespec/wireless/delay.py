@@ -25,17 +25,7 @@ from typing import Any
 
 import numpy as np
 
-
-def _nonneg(name: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not (math.isfinite(out) and out >= 0):
-        raise ValueError(f"{name} must be a finite time >= 0 s, got {value!r}")
-    return out
+from edgespec import checks
 
 
 @dataclass(frozen=True)
@@ -75,22 +65,11 @@ class LatencyProfile:
             "draft_prefill_token_s",
             "target_prefill_token_s",
         ):
-            object.__setattr__(self, key, _nonneg(key, getattr(self, key)))
-        object.__setattr__(self, "topk_s", MappingProxyType(_k_table("topk_s", self.topk_s)))
-        if not isinstance(self.target_verify_s, Mapping):
-            raise ValueError("target_verify_s must map gamma -> seconds")
-        table: dict[int, float] = {}
-        for gamma, seconds in self.target_verify_s.items():
-            try:
-                g = int(gamma)
-            except (TypeError, ValueError):
-                raise ValueError(f"target_verify_s key {gamma!r} is not an integer gamma") from None
-            if g != float(gamma) or g < 1:
-                raise ValueError(f"target_verify_s key {gamma!r} must be an integer gamma >= 1")
-            if g in table:
-                raise ValueError(f"target_verify_s gives gamma={g} twice")
-            table[g] = _nonneg(f"target_verify_s[{g}]", seconds)
-        object.__setattr__(self, "target_verify_s", MappingProxyType(dict(sorted(table.items()))))
+            object.__setattr__(self, key, checks.seconds(key, getattr(self, key)))
+        topk = checks.int_keyed_table("topk_s", self.topk_s)
+        verify = checks.int_keyed_table("target_verify_s", self.target_verify_s, key="gamma")
+        object.__setattr__(self, "topk_s", MappingProxyType(topk))
+        object.__setattr__(self, "target_verify_s", MappingProxyType(verify))
         if not isinstance(self.source, str):
             raise ValueError(f"source must be a string, got {self.source!r}")
 
@@ -181,24 +160,6 @@ class LatencyProfile:
         }
 
 
-def _k_table(name: str, table) -> dict[int, float]:
-    """A {k: seconds} mapping with integer k >= 1 (keys may be strings), sorted by k."""
-    if not isinstance(table, Mapping):
-        raise ValueError(f"{name} must map k -> seconds")
-    out: dict[int, float] = {}
-    for key, seconds in table.items():
-        try:
-            k = int(key)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} key {key!r} is not an integer k") from None
-        if k != float(key) or k < 1:
-            raise ValueError(f"{name} key {key!r} must be an integer k >= 1")
-        if k in out:
-            raise ValueError(f"{name} gives k={k} twice")
-        out[k] = _nonneg(f"{name}[{k}]", seconds)
-    return dict(sorted(out.items()))
-
-
 def topk_extraction_s(table: Mapping[int, float], k):
     """Top-k extraction time [s] at upload size(s) ``k`` from a {k: seconds} table.
 
@@ -207,7 +168,7 @@ def topk_extraction_s(table: Mapping[int, float], k):
     entries never takes less time and a measured table carries timing noise. An empty table
     costs nothing. Returns a float for a scalar k, an array otherwise.
     """
-    table = _k_table("topk_s", table)
+    table = checks.int_keyed_table("topk_s", table)
     k_arr = np.asarray(k, dtype=np.float64)
     if np.any(~(k_arr >= 1)):
         raise ValueError("top-k sizes must be >= 1")
@@ -273,12 +234,8 @@ def tokenwise_delays(
     length = up.shape[0]
     bits = _per_token("upload_bits", upload_bits, length)
     rates = _per_token("rates_bps", rates_bps, length)
-    rtt = _per_token("rtt_s", rtt_s, length)
-    if np.any(~(rtt >= 0)) or np.any(~np.isfinite(rtt)):
-        raise ValueError("rtt_s must be finite and >= 0")
-    device = _per_token("device_s", device_s, length)
-    if np.any(~(device >= 0)) or np.any(~np.isfinite(device)):
-        raise ValueError("device_s must be finite and >= 0")
+    rtt = checks.nonneg_array("rtt_s", _per_token("rtt_s", rtt_s, length))
+    device = checks.nonneg_array("device_s", _per_token("device_s", device_s, length))
     downlink_bits = float(downlink_bits)
     resync = float(resync_bits_per_skipped)
     if not (downlink_bits >= 0 and resync >= 0):
@@ -289,9 +246,7 @@ def tokenwise_delays(
         downlink_s = np.zeros(length)
     else:
         dl_rate = _per_token("downlink_rate_bps", downlink_rate_bps, length)
-        if np.any(~(dl_rate > 0)):
-            raise ValueError("downlink_rate_bps must be > 0")
-        downlink_s = downlink_bits / dl_rate
+        downlink_s = downlink_bits / checks.positive_array("downlink_rate_bps", dl_rate)
 
     if not uses_draft:
         if not uses_target_always:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from edgespec import checks
 from edgespec.decoding.rounds import AcceptanceRule, DraftRound
 from edgespec.decoding.sampling import VerificationResult, accept_by_rule, greedy_tokens
 from edgespec.wisv.head import DecisionHead, head_accept_probability
@@ -55,9 +56,7 @@ def target_choice(round_: DraftRound) -> torch.Tensor:
 def topk_acceptance(k: int) -> AcceptanceRule:
     """Accept x_i iff it is among the target's top-k at position i (ties: ``torch.topk``'s
     choice, and the argmax is always in); repair and bonus are the target's argmax."""
-    if isinstance(k, bool) or int(k) != k or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    k = int(k)
+    k = checks.integer("k", k)
 
     def rule(round_: DraftRound, generator: torch.Generator) -> VerificationResult:
         gamma = round_.draft_tokens.shape[1]

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgespec import checks
 from edgespec.seeding import derive_seed
 from edgespec.variants import WISV_CSI_VARIANTS, WISV_VARIANTS
 from edgespec.wireless.arq import ArqSettings
@@ -94,9 +95,7 @@ def check_variant(variant: str) -> str:
 
 def fading_seed(seed: int, index: int) -> int:
     """The base seed of the WISV evaluation's fading realisation ``index`` (0..K-1)."""
-    if isinstance(index, bool) or int(index) != index or index < 0:
-        raise ValueError(f"a fading seed index is an integer >= 0, got {index!r}")
-    return derive_seed(seed, "wisv-fading", int(index))
+    return derive_seed(seed, "wisv-fading", checks.integer("fading seed index", index, 0))
 
 
 def round_gains(

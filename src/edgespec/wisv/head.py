@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from edgespec import checks
 from edgespec.artifacts import default_file_mode
 
 MIN_STD = 1e-6
@@ -380,14 +381,13 @@ def choose_threshold(
         raise ValueError("q_val ([N] or [N, S]) and y_safe_val need the same, nonzero length")
     if not np.isin(y, (0, 1)).all():
         raise ValueError("y_safe_val must be 0/1")
-    if not (math.isfinite(max_accuracy_drop) and max_accuracy_drop >= 0):
-        raise ValueError(f"max_accuracy_drop must be finite and >= 0, got {max_accuracy_drop}")
+    max_accuracy_drop = checks.nonneg_number("max_accuracy_drop", max_accuracy_drop)
     weight = np.broadcast_to(
-        np.asarray(1.0 if important_weight is None else important_weight, dtype=np.float64),
+        checks.nonneg_array(
+            "important_weight", 1.0 if important_weight is None else important_weight
+        ),
         y.shape,
     )
-    if np.any(weight < 0) or not np.all(np.isfinite(weight)):
-        raise ValueError("important_weight must be finite and >= 0")
 
     # One entry per (mismatch, state), each carrying 1/S of its mismatch.
     states = q2.shape[1]

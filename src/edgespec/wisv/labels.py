@@ -16,7 +16,7 @@ answer task whose two branches both state an answer is labeled by the answer (cr
 
 The features of a mismatch are the *after-token* states: the last-layer states of the draft and
 of the target after consuming the draft token at its position, the convention of
-``edgespec.decoding.engine.DraftRound`` at decode time (methods §4.1). They come for free from
+``edgespec.decoding.rounds.DraftRound`` at decode time (methods §4.1). They come for free from
 the branch: the target's first forward of the alternative and one draft forward over the draft
 token.
 

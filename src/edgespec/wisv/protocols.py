@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgespec import checks
 from edgespec.wireless.arq import ArqSettings, expected_retransmission_s
 
 
@@ -56,9 +57,7 @@ class RoundPayload:
 
     def __post_init__(self) -> None:
         for key in ("uplink_bits", "extra_uplink_bits", "downlink_bits"):
-            value = getattr(self, key)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{key} must be finite and >= 0, got {value}")
+            checks.nonneg_number(key, getattr(self, key))
         if self.extra_uplink_bits > 0 and not self.extra_round_trip:
             raise ValueError("extra_uplink_bits > 0 needs extra_round_trip=True")
 
@@ -68,21 +67,15 @@ class RoundPayload:
         return self.uplink_bits + self.extra_uplink_bits
 
 
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or int(value) != value or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def token_id_bits(vocab_size: int) -> int:
     """Bits of one token id, ceil(log2 |V|) (as ``edgespec.wireless.payload.index_bits``)."""
-    vocab_size = _check_int("vocab_size", vocab_size, 2)
+    vocab_size = checks.integer("vocab_size", vocab_size, 2)
     return math.ceil(math.log2(vocab_size))
 
 
 def hidden_state_bits(hidden_size: int, bits_per_value: int = 16) -> int:
     """Bits of one draft hidden state, hidden_size * bits_per_value (fp16 default)."""
-    return _check_int("hidden_size", hidden_size, 1) * _check_int(
+    return checks.integer("hidden_size", hidden_size, 1) * checks.integer(
         "bits_per_value", bits_per_value, 1
     )
 
@@ -94,7 +87,7 @@ def _downlink_bits(gamma: int, vocab_size: int) -> int:
 
 def vanilla_payload(gamma: int, vocab_size: int) -> RoundPayload:
     """Vanilla SD: gamma token ids up; count and repair/bonus id down."""
-    gamma = _check_int("gamma", gamma, 1)
+    gamma = checks.integer("gamma", gamma, 1)
     return RoundPayload(
         uplink_bits=gamma * token_id_bits(vocab_size),
         extra_uplink_bits=0.0,
@@ -107,7 +100,7 @@ def fh_payload(
     gamma: int, vocab_size: int, hidden_size: int, bits_per_value: int = 16
 ) -> RoundPayload:
     """Full-hidden upload: gamma ids and gamma draft hidden states in one uplink message."""
-    gamma = _check_int("gamma", gamma, 1)
+    gamma = checks.integer("gamma", gamma, 1)
     per_token = token_id_bits(vocab_size) + hidden_state_bits(hidden_size, bits_per_value)
     return RoundPayload(
         uplink_bits=gamma * per_token,
@@ -126,8 +119,8 @@ def sh_payload(
 ) -> RoundPayload:
     """Mismatch-first selective-hidden upload: ids first; with m > 0 mismatches the edge sends
     a gamma-bit request mask and the device uploads the m hidden states (one extra trip)."""
-    gamma = _check_int("gamma", gamma, 1)
-    m = _check_int("num_mismatches", num_mismatches, 0)
+    gamma = checks.integer("gamma", gamma, 1)
+    m = checks.integer("num_mismatches", num_mismatches, 0)
     if m > gamma:
         raise ValueError(f"num_mismatches={m} exceeds gamma={gamma}")
     return RoundPayload(
@@ -136,20 +129,6 @@ def sh_payload(
         downlink_bits=_downlink_bits(gamma, vocab_size) + (gamma if m > 0 else 0),
         extra_round_trip=m > 0,
     )
-
-
-def _positive(name: str, value) -> np.ndarray:
-    arr = np.asarray(value, dtype=float)
-    if np.any(~(arr > 0)):
-        raise ValueError(f"{name} must be > 0")
-    return arr
-
-
-def _nonneg(name: str, value) -> np.ndarray:
-    arr = np.asarray(value, dtype=float)
-    if np.any(~(arr >= 0)) or np.any(~np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite and >= 0")
-    return arr
 
 
 def draft_forwards_per_round(gamma: int, keep_hidden: bool) -> int:
@@ -194,10 +173,10 @@ def round_breakdown(
     (``edgespec.wireless.arq``, settings ``arq``, default ``ArqSettings()``); ``downlink_s``
     the downlink bits at ``downlink_rate_bps`` (0 where None). ``rate_bps``, ``rtt_s``,
     ``draft_forwards`` and ``per`` broadcast, so one call prices many rounds."""
-    rate = _positive("rate_bps", rate_bps)
-    rtt = _nonneg("rtt_s", rtt_s)
-    forwards = _nonneg("draft_forwards", draft_forwards)
-    compute = _nonneg("compute times", [draft_token_s, target_verify_s, extra_verify_s])
+    rate = checks.positive_array("rate_bps", rate_bps)
+    rtt = checks.nonneg_array("rtt_s", rtt_s)
+    forwards = checks.nonneg_array("draft_forwards", draft_forwards)
+    compute = checks.nonneg_array("compute times", [draft_token_s, target_verify_s, extra_verify_s])
     arq = arq or ArqSettings()
     shape = np.broadcast(rate, rtt, forwards, np.asarray(per, dtype=float)).shape
     trips = 2 if payload.extra_round_trip else 1
@@ -207,7 +186,7 @@ def round_breakdown(
     downlink = (
         0.0
         if downlink_rate_bps is None
-        else payload.downlink_bits / _positive("downlink_rate_bps", downlink_rate_bps)
+        else payload.downlink_bits / checks.positive_array("downlink_rate_bps", downlink_rate_bps)
     )
     parts = {
         "draft_s": forwards * compute[0],
@@ -247,7 +226,7 @@ def crossover_rtt(
     RTT* = (gamma - E|M|) b_h / (R P(M != {})). With a downlink rate, SH's request mask
     (gamma bits per extra trip) is charged too. A result of 0 means FH is never slower.
     """
-    gamma = _check_int("gamma", gamma, 1)
+    gamma = checks.integer("gamma", gamma, 1)
     m = float(num_mismatches)
     if not 0 <= m <= gamma:
         raise ValueError(f"num_mismatches must lie in [0, gamma={gamma}], got {m}")
@@ -259,10 +238,10 @@ def crossover_rtt(
             raise ValueError(f"p_any_mismatch must lie in [0, 1], got {p}")
         if m > 0 and p == 0:
             raise ValueError("num_mismatches > 0 needs p_any_mismatch > 0")
-    rate = _positive("rate_bps", rate_bps)
+    rate = checks.positive_array("rate_bps", rate_bps)
     saving = (gamma - m) * hidden_state_bits(hidden_size, bits_per_value) / rate
     if downlink_rate_bps is not None:
-        saving = saving - p * gamma / _positive("downlink_rate_bps", downlink_rate_bps)
+        saving = saving - p * gamma / checks.positive_array("downlink_rate_bps", downlink_rate_bps)
     if p == 0:
         out = np.where(saving > 0, np.inf, 0.0)
     else:

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from edgespec.intervals import BOOTSTRAP_LEVEL, BOOTSTRAP_SAMPLES, SEED_LEVEL, bootstrap_interval
+from edgespec.intervals import (
+    BOOTSTRAP_LEVEL,
+    BOOTSTRAP_SAMPLES,
+    SEED_LEVEL,
+    bootstrap_interval,
+    format_bounds,
+    format_interval,
+)
 from edgespec.intervals import seed_interval as _seed_interval
 from edgespec.report import HEADLINE_COLUMNS
 from edgespec.seeding import numpy_rng
@@ -312,21 +319,11 @@ def cell(row: Mapping[str, Any], name: str, spec: str = ".3g", scale: float = 1.
     """``"1.23 [1.1, 1.4] (1.0, 1.5)"``: the point, [the seed interval] where there is one,
     (the bootstrap interval)."""
     point = row.get(name, math.nan)
-    if point is None or not np.isfinite(point):
-        return "n/a"
-
-    def bounds(lo, hi):
-        return sorted([lo * scale, hi * scale])
-
-    text = format(point * scale, spec)
-    s_lo, s_hi = row.get(f"{name}_seed_lo", math.nan), row.get(f"{name}_seed_hi", math.nan)
-    if np.isfinite(s_lo) and np.isfinite(s_hi):
-        a, b = bounds(s_lo, s_hi)
-        text += f" [{format(a, spec)}, {format(b, spec)}]"
+    seed = row.get(f"{name}_seed_lo", math.nan), row.get(f"{name}_seed_hi", math.nan)
+    text = format_interval(point, *seed, spec, scale)
     lo, hi = row.get(f"{name}_lo", math.nan), row.get(f"{name}_hi", math.nan)
-    if np.isfinite(lo) and np.isfinite(hi):
-        a, b = bounds(lo, hi)
-        text += f" ({format(a, spec)}, {format(b, spec)})"
+    if text != "n/a" and np.isfinite(lo) and np.isfinite(hi):
+        text += " " + format_bounds(lo, hi, spec, scale, brackets="()")
     return text
 
 
