@@ -141,9 +141,9 @@ def reference(tiny_draft_close, tiny_target):
     return _mine_from_scratch(tiny_draft_close, tiny_target, {7}, 4)
 
 
-@pytest.fixture(scope="module")
-def mined(tiny_draft_close, tiny_target):
-    config = MiningConfig(
+def _mining_config(**extra) -> MiningConfig:
+    """The tests' mining settings, plus ``extra``."""
+    return MiningConfig(
         max_new_tokens=MAX_NEW,
         eos_token_ids=(7,),
         pad_token_id=0,
@@ -153,7 +153,13 @@ def mined(tiny_draft_close, tiny_target):
         hidden_dtype=np.float64,
         label_max_new_tokens=LABEL_BUDGET,
         answer_marker=MARKER,
+        **extra,
     )
+
+
+@pytest.fixture(scope="module")
+def mined(tiny_draft_close, tiny_target):
+    config = _mining_config()
     return mine_labels(
         tiny_draft_close, tiny_target, PROMPTS, IDS, GOLDS, config, _text, _similarity
     )
@@ -359,3 +365,23 @@ def test_prefilled_rows_equal_the_padded_prefill(tiny_target):
     expected = [plain.row_cache(b) for b in range(len(nonempty))]
     for row, exp in zip([r for r in rows if r is not None], expected, strict=True):
         _assert_same_cache(row, exp)
+
+
+def test_graded_risks_average_sampled_continuations(mined, tiny_draft_close, tiny_target):
+    """With K = 3 continuations the walk, labels and states are the greedy mining's, and each
+    risk is the mean of the greedy verdict's and two sampled continuations' risks (each in
+    [0, 1]), so it lies within [r/3, (r + 2)/3] of the greedy risk r."""
+    table, h_draft, _ = mined
+    config = _mining_config(continuations=3, continuation_temperature=1.5, seed=4)
+    graded, g_draft, _ = mine_labels(
+        tiny_draft_close, tiny_target, PROMPTS, IDS, GOLDS, config, _text, _similarity
+    )
+    keep = [c for c in table.columns if c != "risk"]
+    pd.testing.assert_frame_equal(graded[keep], table[keep])
+    np.testing.assert_allclose(g_draft, h_draft)
+    greedy, risk = table["risk"].to_numpy(), graded["risk"].to_numpy()
+    assert (risk >= greedy / 3 - 1e-12).all() and (risk <= (greedy + 2) / 3 + 1e-12).all()
+    assert not np.allclose(risk, greedy)  # the draws disagree with the greedy one somewhere
+    summary = label_summary(graded, GOLDS, config, 1.0)
+    assert summary["continuations"] == 3
+    assert summary["risk_graded"] == int(((risk > 0) & (risk < 1)).sum())

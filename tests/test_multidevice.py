@@ -108,6 +108,7 @@ def round_table(prompts=4, gamma=4, tokens=14, seed=0) -> pd.DataFrame:
                     "num_committed": committed,
                     "num_mismatches": m,
                     "num_semantic_accepts": 0,
+                    "draft_forwards": gamma + 1,
                     "gain": np.nan,
                     "rate_bps": np.nan,
                 }

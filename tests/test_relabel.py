@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.csi import (
@@ -20,6 +21,7 @@ from edgespec.wisv.csi import (
     round_compute_s,
     sample_csi,
 )
+from edgespec.wisv.regimes import Pricing
 from edgespec.wisv.relabel import (
     TRADE_OFF_KEYS,
     RelabelError,
@@ -146,10 +148,20 @@ PROFILE = LatencyProfile(draft_token_s=0.02, target_token_s=0.03, target_verify_
 def test_repair_cost_in_rounds_hand_computed():
     condition = ChannelCondition(name="c", fading="awgn", bandwidth_hz=1e6, snr_db=0.0, rtt_s=0.02)
     t0 = round_compute_s(PROFILE, 4)
-    assert t0 == pytest.approx(4 * 0.02 + 0.04)
+    # The head's decodes run gamma + 1 draft forwards a round (the last token's hidden state).
+    assert t0 == pytest.approx(5 * 0.02 + 0.04)
+    assert round_compute_s(PROFILE, 4, head_s=0.01) == pytest.approx(t0 + 0.01)
     # AWGN: the next block's rate is W log2(1 + 1) = 1 Mbit/s whatever the gain.
     cost = repair_cost_rounds(CsiSample(condition, 0.3), 2e5, t0)
     assert cost == pytest.approx((t0 + 0.2 + 0.02) / t0)
+    # Packet errors: PER = 0.5 exp(0) = 0.5 at any SNR; two 1e5-bit packets, one retry: the
+    # retry happens with probability 1 - 0.5^2 after the 0.02 s RTT and resends 1e5 bits.
+    lossy = ChannelCondition(
+        name="c", fading="awgn", bandwidth_hz=1e6, snr_db=0.0, rtt_s=0.02, per_a=0.5
+    )
+    arq = ArqSettings(packet_bits=100_000, max_retransmissions=1)
+    cost = repair_cost_rounds(CsiSample(lossy, 0.3), 2e5, t0, arq)
+    assert cost == pytest.approx((t0 + 0.2 + 0.02 + 0.75 * 0.02 + 0.1) / t0)
     with pytest.raises(ValueError):
         repair_cost_rounds(CsiSample(condition, 0.3), 2e5, 0.0)
 
@@ -344,6 +356,13 @@ def test_each_csi_sample_is_priced_with_its_own_cost():
     assert len({entry["repair_cost"] for entry in priced}) == len(samples)
 
 
+PRICING = Pricing(
+    "measured",
+    PROFILE,
+    {"vocab_size": 60, "hidden_size": 896, "bits_per_value": 16},
+    {"head_round_s": {"wisv_head": 0.002}},
+    "a test pricing",
+)
 RELABEL_SETTINGS = {
     "relabel": {
         "gamma": 4,
@@ -351,7 +370,6 @@ RELABEL_SETTINGS = {
         "lam_rounds_per_risk": 3.0,
         "risk_budget": None,
     },
-    "hidden_bits": 16,
     "correlation": 0.8,
     "csi_features": ["snr_db_instantaneous", "rtt_ms"],
 }
@@ -380,11 +398,11 @@ def test_relabeling_under_csi_prices_every_sample_itself():
     each prompt's mismatches in response order, and the summary."""
     table = _mined()
     run = relabel_under_csi(
-        table, 896, PROFILE, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
+        table, PRICING, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
     )
     samples = sample_csi(csi_ranges(CHANNELS, {}), 4, np.random.default_rng(9), 0.8)
     bits = 4 * (896 * 16 + 6)  # vocabulary of 60 tokens: 6-bit ids
-    t0 = round_compute_s(PROFILE, 4)
+    t0 = round_compute_s(PROFILE, 4, head_s=0.002)  # the CSI head's time in the repair round
     costs = [repair_cost_rounds(s, bits, t0) for s in samples]
     out = run.relabeled
     ordered = table.sort_values(["prompt_id", "position"], kind="stable").index.to_numpy()
@@ -413,5 +431,5 @@ def test_relabeling_under_csi_stops_on_one_class_naming_the_file():
     table = _mined(labels=np.zeros(12, dtype=np.int64))
     with pytest.raises(RelabelError, match=r"mined labels \(m.parquet\): 12 safe and 0"):
         relabel_under_csi(
-            table, 896, PROFILE, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
+            table, PRICING, CHANNELS, RELABEL_SETTINGS, np.random.default_rng(9), "m.parquet"
         )

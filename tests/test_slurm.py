@@ -93,6 +93,7 @@ MODEL_RULES = {
     "decode_cuhlm",
     "mine_labels",
     "decode_wisv",
+    "decode_wisv_regime",
     "decode_wisv_csi",
 }
 
@@ -161,7 +162,9 @@ def _group_jobs(profile: str, config: str, tmp_path: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("profile", ["slurm-cpu", "slurm-gpu"])
-@pytest.mark.parametrize(("config", "groups", "members"), [("smoke", 2, 24), ("paper", 3, 48)])
+# members: 11 evaluate_cuhlm + joint_kstar, and evaluate_wisv for 2 pricing regimes (smoke: 6
+# variants x 2 channels x 1 gamma x 2 = 24 in one group; paper: x 3 gammas = 72 in 3 of <= 30)
+@pytest.mark.parametrize(("config", "groups", "members"), [("smoke", 2, 36), ("paper", 4, 84)])
 def test_group_jobs_ask_for_one_members_cores_and_memory_per_study(
     tmp_path, profile, config, groups, members
 ):

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from edgespec.decoding import rounds as rounds_module
 from edgespec.decoding.config import DecodingConfig
 from edgespec.decoding.rounds import strict_acceptance
 from edgespec.decoding.tokenwise import generate_tokenwise
@@ -23,12 +24,14 @@ from edgespec.wisv.evaluate import (
     fading_seed,
     price_over_seeds,
     prompt_costs,
+    round_breakdowns,
     round_gains,
     round_latencies,
     round_uplink_bits,
     wisv_metrics,
 )
 from edgespec.wisv.head import REJECT_ALL_TAU, DecisionHead, save_head
+from edgespec.wisv.protocols import BREAKDOWN_PARTS
 
 VOCAB = 61
 HIDDEN = 32
@@ -143,6 +146,30 @@ def test_head_with_tau_zero_accepts_every_draft(tiny_draft_independent, tiny_tar
     assert [len(c) for c in completions] == [MAX_NEW] * len(PROMPTS)
     assert rounds["num_semantic_accepts"].sum() > 0
     assert (rounds["num_semantic_accepts"] <= rounds["num_mismatches"]).all()
+
+
+@pytest.mark.parametrize(("variant", "keep"), [("vanilla_sd", False), ("wisv_fh", True)])
+def test_the_delay_model_charges_every_draft_forward_the_engine_runs(
+    monkeypatch, tiny_draft_independent, tiny_target, variant, keep
+):
+    """Counts the draft's forwards (rows x feeds of its ragged cache) while decoding and
+    compares them with the draft time the round delay charges."""
+    counted = {"rows": 0}
+
+    class Counting(rounds_module.RaggedCachedModel):
+        def feed(self, ids, valid, keep_last, *args, **kwargs):
+            if self.model is tiny_draft_independent:
+                counted["rows"] += int(ids.shape[0])
+            return super().feed(ids, valid, keep_last, *args, **kwargs)
+
+    monkeypatch.setattr(rounds_module, "RaggedCachedModel", Counting)
+    rule = head_acceptance(_head(2), 0.5) if keep else None
+    rounds, _ = _decode(variant, tiny_draft_independent, tiny_target, rule, csi=keep, keep=keep)
+    assert counted["rows"] == int(rounds["draft_forwards"].sum()) > 0
+    assert (rounds["draft_forwards"] == GAMMA + keep).all()
+    profile = LatencyProfile(draft_token_s=0.01, target_token_s=0.02, target_verify_s={3: 0.05})
+    parts = round_breakdowns(rounds, variant, PARAMS, profile, 0.01, GAMMA)
+    assert parts["draft_s"].sum() == pytest.approx(0.01 * counted["rows"])
 
 
 def test_head_needs_hidden_states(tiny_draft_independent, tiny_target):
@@ -367,6 +394,8 @@ def _hand_rounds() -> pd.DataFrame:
             "num_committed": [5, 2, 3],
             "num_mismatches": [0, 2, 3],
             "num_semantic_accepts": [0, 0, 1],
+            # the first round kept no hidden states, the others ran one more draft forward
+            "draft_forwards": [4, 5, 5],
             "rate_bps": [1e4, 1e4, 2e4],
         }
     )
@@ -374,22 +403,27 @@ def _hand_rounds() -> pd.DataFrame:
 
 def test_round_latencies_hand_computed():
     rounds = _hand_rounds()
-    # ids: ceil(log2 61) = 6 bit; hidden: 32 * 16 = 512 bit; compute 4 * 0.01 + 0.05 = 0.09 s.
+    # ids: ceil(log2 61) = 6 bit; hidden: 32 * 16 = 512 bit; compute n_d * 0.01 + 0.05 s with
+    # n_d the round's draft forwards: 0.09 s, then 0.10 s twice.
     rtt = 0.02
+    c = np.array([0.09, 0.10, 0.10])
     fh = round_latencies(rounds, "wisv_fh", PARAMS, PROFILE, rtt, 4)
     fh_bits = 4 * (6 + 512)
-    np.testing.assert_allclose(fh, [0.09 + fh_bits / 1e4 + rtt] * 2 + [0.09 + fh_bits / 2e4 + rtt])
+    np.testing.assert_allclose(fh, c + np.array([fh_bits / 1e4 + rtt] * 2 + [fh_bits / 2e4 + rtt]))
     sh = round_latencies(rounds, "wisv_sh", PARAMS, PROFILE, rtt, 4)
     np.testing.assert_allclose(
         sh,
-        [
-            0.09 + 24 / 1e4 + rtt,  # no mismatch: no extra trip
-            0.09 + (24 + 2 * 512) / 1e4 + 2 * rtt,
-            0.09 + (24 + 3 * 512) / 2e4 + 2 * rtt,
-        ],
+        c
+        + np.array(
+            [
+                24 / 1e4 + rtt,  # no mismatch: no extra trip
+                (24 + 2 * 512) / 1e4 + 2 * rtt,
+                (24 + 3 * 512) / 2e4 + 2 * rtt,
+            ]
+        ),
     )
     vanilla = round_latencies(rounds, "vanilla_sd", PARAMS, PROFILE, rtt, 4)
-    np.testing.assert_allclose(vanilla, [0.09 + 24 / 1e4 + rtt] * 2 + [0.09 + 24 / 2e4 + rtt])
+    np.testing.assert_allclose(vanilla, c + np.array([24 / 1e4 + rtt] * 2 + [24 / 2e4 + rtt]))
     np.testing.assert_allclose(round_latencies(rounds, "head_no_csi", PARAMS, PROFILE, rtt, 4), fh)
     np.testing.assert_allclose(
         round_latencies(rounds, "head_relabel_no_csi", PARAMS, PROFILE, rtt, 4), fh
@@ -433,10 +467,15 @@ def test_prompt_costs_add_the_prefill_hand_computed():
         draft_prefill_token_s=0.001,
         target_prefill_token_s=0.002,
     )
-    costs = prompt_costs(rounds, [0.1, 0.2, 0.4], [24.0, 24.0, 30.0], profile)
+    parts = pd.DataFrame(0.0, index=rounds.index, columns=list(BREAKDOWN_PARTS))
+    parts["draft_s"] = [0.05, 0.1, 0.3]
+    parts["retransmission_s"] = [0.05, 0.1, 0.1]
+    costs = prompt_costs(rounds, parts, [24.0, 24.0, 30.0], profile)
     assert costs["prompt_id"].tolist() == ["a", "b"]
     np.testing.assert_allclose(costs["prefill_s"], [7 * 0.003, 3 * 0.003])
     np.testing.assert_allclose(costs["latency_s"], [0.3 + 0.021, 0.4 + 0.009])
+    np.testing.assert_allclose(costs["draft_s"], [0.15, 0.3])
+    np.testing.assert_allclose(costs["retransmission_s"], [0.15, 0.1])
     assert costs["rounds"].tolist() == [2, 1] and costs["tokens"].tolist() == [7, 3]
     assert costs["uplink_bits"].tolist() == [48.0, 30.0]
     assert costs["semantic_accepts"].tolist() == [0, 1]
@@ -456,6 +495,7 @@ def _blind_rounds(prompts=("a", "b", "c"), num_rounds=(3, 5, 2), gamma=4):
                     "num_committed": 2,
                     "num_mismatches": 1,
                     "num_semantic_accepts": 0,
+                    "draft_forwards": gamma + 1,
                     "gain": np.nan,
                     "rate_bps": np.nan,
                 }

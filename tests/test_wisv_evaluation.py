@@ -3,14 +3,18 @@ protocol's sizes, the head's time charged to the variants that run one, the per-
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
+from script_runner import Snakemake, run_script
 
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.evaluate import (
     CSI_VARIANTS,
+    HEAD_OF_VARIANT,
     PROMPT_COLUMNS,
     attach_channel,
     evaluate_variant,
@@ -20,6 +24,7 @@ from edgespec.wisv.evaluate import (
     protocol_params,
     rounds_by_fading_seed,
 )
+from edgespec.wisv.protocols import BREAKDOWN_PARTS
 
 CONDITION = ChannelCondition(
     name="poor", fading="rayleigh", bandwidth_hz=1e6, snr_db=0.0, rtt_s=0.03, correlation=0.8
@@ -46,6 +51,7 @@ def _rounds() -> pd.DataFrame:
                     "num_committed": 5 if m == 0 else 5 - m,
                     "num_mismatches": m,
                     "num_semantic_accepts": 0,
+                    "draft_forwards": 5,
                     "gain": np.nan,
                     "rate_bps": np.nan,
                 }
@@ -110,7 +116,8 @@ def test_the_summary_per_fading_seed():
         9,
         HEAD_TIMES,
     )
-    assert list(costs.columns) == ["variant", "channel", "gamma", *PROMPT_COLUMNS]
+    assert list(costs.columns) == ["regime", "variant", "channel", "gamma", *PROMPT_COLUMNS]
+    assert (costs["regime"] == "measured").all() and summary["regime"] == "measured"
     assert (costs["variant"] == "head_no_csi").all() and (costs["gamma"] == 4).all()
     assert summary["fading_seeds"] == [0, 1, 2] and summary["channel"] == "poor"
     assert summary["condition"] == CONDITION.to_dict() and summary["profile_source"] == "measured"
@@ -147,3 +154,58 @@ def test_protocol_sizes_from_the_provenance():
         "hidden_size": 896,
         "bits_per_value": 8,
     }
+
+
+@pytest.mark.parametrize("variant", ["head_relabel_no_csi", "wisv_sh"])
+def test_evaluate_script_charges_the_regimes_head_time_and_every_part(tmp_path, variant):
+    """workflow/scripts/evaluate_wisv.py on constructed rounds and a regime's pricing: each
+    answer is charged the head's time in its rounds with a mismatch (a script that zeroed the
+    head's time fails here), its parts add up to its latency, and the regime is named."""
+    rounds = _rounds()
+    seeds = [0, 1] if variant in CSI_VARIANTS else [0, 1, 2]
+    paths = []
+    for s in seeds if variant in CSI_VARIANTS else [None]:
+        table = rounds if s is None else attach_channel(rounds, CONDITION, fading_seed(9, s))
+        paths.append(tmp_path / f"rounds{s}.parquet")
+        table.to_parquet(paths[-1])
+    pricing = {
+        "regime": "testbed",
+        "profile": PROFILE.to_dict(),
+        "protocol": PARAMS,
+        "head_times": HEAD_TIMES,
+        "description": "a test regime",
+    }
+    (tmp_path / "pricing.json").write_text(json.dumps(pricing))
+    out = {"costs": tmp_path / "costs.parquet", "metrics": tmp_path / "metrics.json"}
+    wisv = {"arq": {"packet_bits": 1080, "max_retransmissions": 3, "timeout_s": None}}
+    if variant in CSI_VARIANTS:
+        wisv["csi_decode_seeds"] = seeds
+    run_script(
+        "evaluate_wisv",
+        Snakemake(
+            input={"rounds": [str(p) for p in paths], "pricing": tmp_path / "pricing.json"},
+            output=out,
+            params={
+                "wisv": wisv,
+                "channels": {"poor": CONDITION.to_dict()},
+                "evaluation": {} if variant in CSI_VARIANTS else {"fading_seeds": 3},
+                "seed": 9,
+            },
+            wildcards={"wvariant": variant, "wchannel": "poor", "gamma": "4"},
+            log=tmp_path / "evaluate.log",
+        ),
+    )
+    costs = pd.read_parquet(out["costs"])
+    assert (costs["regime"] == "testbed").all()
+    assert sorted(costs["fading_index"].unique()) == seeds
+    with_head = rounds.groupby("prompt_id")["num_mismatches"].apply(lambda m: int((m > 0).sum()))
+    charged = HEAD_TIMES["head_round_s"][HEAD_OF_VARIANT[variant]]
+    np.testing.assert_allclose(
+        costs["head_s"], charged * with_head[costs["prompt_id"]].to_numpy(), rtol=1e-12
+    )
+    parts = costs[["prefill_s", *BREAKDOWN_PARTS]].sum(axis=1)
+    np.testing.assert_allclose(parts, costs["latency_s"], rtol=1e-12)
+    # Five draft forwards a round are charged (the fixture's rounds kept hidden states).
+    rounds_per_prompt = rounds.groupby("prompt_id").size()[costs["prompt_id"]].to_numpy()
+    np.testing.assert_allclose(costs["draft_s"], 5 * 0.01 * rounds_per_prompt)
+    assert json.loads(out["metrics"].read_text())["regime"] == "testbed"

@@ -80,7 +80,7 @@ def test_headline_and_cells(summary):
     latency = rows.loc["end-to-end latency vs vanilla SD (simulation)"]
     assert latency["ours"] == pytest.approx(-25.0) and latency["unit"] == "%"
     assert latency["ours_lo"] <= latency["ours"] <= latency["ours_hi"]
-    assert latency["where"] == "wisv_fh, poor, gamma=4"
+    assert latency["where"] == "measured: wisv_fh, poor, gamma=4"
     assert rows.loc["task-accuracy drop vs vanilla SD", "unit"] == "points"
     assert rows.loc["task-accuracy drop vs vanilla SD", "ours"] == pytest.approx(50.0)
     # A quality claim against the floor 0, paired by prompt: drops (1, 0), sd 0.7071 over
@@ -96,3 +96,29 @@ def test_headline_and_cells(summary):
     assert cell({"x": math.nan}, "x") == "n/a"
     table = display_table(summary.reset_index())
     assert "e2e latency (s)" in table.columns and len(table) == 2
+
+
+def test_each_regime_is_summarised_against_its_own_vanilla_and_headlined():
+    """Two regimes price the same shared decodes differently; each variant is compared with
+    vanilla SD of its own regime, and the headline has each regime's rows (the testbed also
+    beside the paper's hardware-testbed latency)."""
+    frames, texts = [], [_scores("vanilla_sd", "any", [1.0, 0.0])]
+    for regime, scale in (("measured", 1.0), ("testbed", 0.1)):
+        vanilla = {s: (scale * 2.0, scale * 4.0) for s in range(3)}
+        frames.append(_costs("vanilla_sd", range(3), vanilla, regime=regime))
+        ours = {0: (scale * 1.0, scale * 3.0)}
+        frames.append(_costs("wisv_fh", [0], ours, regime=regime))
+        texts.append(_scores("wisv_fh", "poor", [1.0, 0.0], regime=regime))
+    summary = summarise(pd.concat(frames), pd.concat(texts), seed=3, evaluation=EVALUATION)
+    assert summary["regime"].tolist() == ["measured"] * 2 + ["testbed"] * 2
+    ours = summary[summary["variant"] == "wisv_fh"].set_index("regime")
+    # Same relative figure in both regimes (latencies scaled alike), absolute ones apart.
+    assert ours.loc["measured", "latency_reduction"] == pytest.approx(1 - 2.0 / 3.0)
+    assert ours.loc["testbed", "latency_reduction"] == pytest.approx(1 - 2.0 / 3.0)
+    assert ours.loc["testbed", "e2e_latency_s"] == pytest.approx(0.2)
+    # The shared vanilla scores serve both regimes.
+    assert summary["task_accuracy"].notna().all()
+    top = headline(summary)
+    assert top["where"].str.startswith("measured: ").sum() == 4
+    assert top["where"].str.startswith("testbed: ").sum() == 5
+    assert "end-to-end latency vs vanilla SD (hardware testbed)" in set(top["metric"])

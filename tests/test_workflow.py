@@ -204,10 +204,13 @@ def test_paper_config_prepares_exactly_the_papers_datasets(tmp_path):
     # datasets of at least a batch (32) are shards of their own: a job per variant and dataset
     assert counts["decode_cuhlm"] == len(CUHLM_VARIANTS) * 6
     assert counts["join_cuhlm_decode"] == len(CUHLM_VARIANTS) and counts["join_labels"] == 1
-    # every WISV decode too: 4 channel-blind variants x 3 gammas, and the CSI head x 3 gammas
-    # x 2 channels x 5 fading seeds, each per dataset, joined per decode
-    assert counts["decode_wisv"] == 4 * 3 * 6 and counts["decode_wisv_csi"] == 3 * 2 * 5 * 6
-    assert counts["join_wisv_decode"] == 4 * 3 + 3 * 2 * 5
+    # every WISV decode too, each per dataset, joined per decode: 3 regime-free channel-blind
+    # variants x 3 gammas once; per pricing regime (2) head_relabel_no_csi x 3 gammas and the
+    # CSI head x 3 gammas x 2 channels x 5 fading seeds
+    assert counts["decode_wisv"] == 3 * 3 * 6 and counts["join_wisv_decode"] == 3 * 3
+    assert counts["decode_wisv_regime"] == 2 * 3 * 6
+    assert counts["decode_wisv_csi"] == 2 * 3 * 2 * 5 * 6
+    assert counts["join_wisv_regime_decode"] == 2 * (3 + 3 * 2 * 5)
     assert counts["prefill_prompts"] == 6
 
 
@@ -222,10 +225,15 @@ def test_study_config_decodes_its_sizes_with_the_claims_variants(tmp_path):
     assert counts["decode_cuhlm"] == 4 * 3 and counts["join_cuhlm_decode"] == 4
     cfg = yaml.safe_load((REPO_ROOT / "config/study.yaml").read_text())
     sizes = {
-        name: split_sizes(spec["n"], spec["calib_fraction"])["eval"]
+        name: split_sizes(spec["n"], spec["calib_fraction"], spec.get("train_fraction"))
         for name, spec in cfg["data"]["datasets"].items()
     }
-    assert sizes == {"humaneval": 148, "instructions": 52, "arithmetic": 270}
+    assert {name: size["eval"] for name, size in sizes.items()} == {
+        "humaneval": 148,
+        "instructions": 52,
+        "arithmetic": 268,
+    }
+    assert sizes["arithmetic"]["train"] == 502  # WISV's label-mining pool
 
 
 def test_data_files_are_inputs(tmp_path):

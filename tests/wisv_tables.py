@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import pandas as pd
 
+from edgespec.wisv.protocols import BREAKDOWN_PARTS
 
-def costs(variant, seeds, latency, tokens=(4, 6), rounds=(2, 2), channel="poor"):
-    """Per (seed, prompt) costs: latency[s][p]."""
+
+def costs(variant, seeds, latency, tokens=(4, 6), rounds=(2, 2), channel="poor", regime="measured"):
+    """Per (seed, prompt) costs: latency[s][p], of which 0.1 s prefill, the rest draft time."""
     rows = []
     for s in seeds:
         for p, pid in enumerate(("a", "b")):
             rows.append(
                 {
+                    "regime": regime,
                     "variant": variant,
                     "channel": channel,
                     "gamma": 4,
@@ -21,6 +24,8 @@ def costs(variant, seeds, latency, tokens=(4, 6), rounds=(2, 2), channel="poor")
                     "prompt_id": pid,
                     "latency_s": latency[s][p],
                     "prefill_s": 0.1,
+                    **{part: 0.0 for part in BREAKDOWN_PARTS},
+                    "draft_s": latency[s][p] - 0.1,
                     "rounds": rounds[p],
                     "tokens": tokens[p],
                     "drafted": 4 * rounds[p],
@@ -33,9 +38,14 @@ def costs(variant, seeds, latency, tokens=(4, 6), rounds=(2, 2), channel="poor")
     return pd.DataFrame(rows)
 
 
-def scores(variant, channel, exact, semantic=(0.9, 0.8)):
+def scores(variant, channel, exact, semantic=(0.9, 0.8), regime=None):
+    """Per-prompt scores; a channel-free decode (channel "any") serves every regime unless
+    ``regime`` says otherwise, a CSI decode the measured regime."""
+    if regime is None:
+        regime = "any" if channel == "any" else "measured"
     return pd.DataFrame(
         {
+            "regime": regime,
             "variant": variant,
             "channel": channel,
             "gamma": 4,

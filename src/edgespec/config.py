@@ -13,8 +13,12 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from edgespec.hardware import WisvTestbed
 from edgespec.models.precision import quantized_roles
 from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
+from edgespec.wireless.arq import ArqSettings
+from edgespec.wisv.csi import per_fit
+from edgespec.wisv.regimes import check_regimes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -261,6 +265,24 @@ def check_wisv_settings(config: dict) -> None:
         span = wisv["relabel"][key]
         if span is not None and span[0] > span[1]:
             raise ConfigError(f"config key 'wisv.relabel.{key}': low {span[0]} > high {span[1]}")
+    extra = sorted(set(wisv["testbed_gammas"] or ()) - set(wisv["gammas"]))
+    if extra:
+        raise ConfigError(
+            f"config key 'wisv.testbed_gammas': {extra} not among wisv.gammas ({wisv['gammas']})"
+        )
+    try:
+        wisv_regimes(config)
+        WisvTestbed.from_dict(wisv["testbed"])
+        ArqSettings.from_dict(wisv["arq"])
+        per_fit(wisv_channels(config))
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+
+
+def wisv_regimes(config: dict) -> list[str]:
+    """The WISV pricing regimes of a run (config key wisv.regimes, ``measured`` always first;
+    ``edgespec.wisv.regimes``)."""
+    return check_regimes(config["wisv"]["regimes"])
 
 
 def multidevice_batch_plan(config: dict) -> dict[str, list[int]]:

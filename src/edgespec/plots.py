@@ -292,7 +292,11 @@ def aal_vs_gamma(summary: pd.DataFrame, path, subtitle=None) -> None:
     """Accepted length per round against gamma, per variant and channel (with the bootstrap
     interval over prompts where the summary has one)."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for (variant, channel), rows in summary.groupby(["variant", "channel"], sort=False):
+    keys = [k for k in ("regime", "variant", "channel") if k in summary.columns]
+    for key, rows in summary.groupby(keys, sort=False):
+        *regime, variant, channel = key
+        if regime:
+            variant = f"{regime[0]}: {variant}"
         rows = rows.sort_values("gamma")
         if {"aal_lo", "aal_hi"} <= set(rows.columns):
             err = np.vstack([rows["aal"] - rows["aal_lo"], rows["aal_hi"] - rows["aal"]])
@@ -416,6 +420,65 @@ def multidevice_utilisation(summary: pd.DataFrame, path, subtitle=None) -> None:
         path,
         subtitle,
     )
+
+
+def policy_vs_channel(curves: dict, path, subtitle=None) -> None:
+    """Does the policy move with the channel: per regime, the relabeled safe fraction and the
+    CSI head's held-out accept rate against each CSI sample's repair cost (rounds of T_0).
+    ``curves``: regime -> {"safe": (cost, fraction), "accept": (cost, rate) or None}."""
+    fig, axes = plt.subplots(1, max(len(curves), 1), figsize=(5 * max(len(curves), 1), 3.6))
+    for ax, (regime, c) in zip(np.atleast_1d(axes), curves.items(), strict=False):
+        for key, style, label in (
+            ("safe", "o-", "safe fraction (relabeled)"),
+            ("accept", "s--", "CSI head accept rate (held out)"),
+        ):
+            if c.get(key) is not None:
+                x, y = (np.asarray(v, dtype=float) for v in c[key])
+                order = np.argsort(x)
+                ax.plot(x[order], y[order], style, ms=3, label=label)
+        ax.set_xlabel("repair cost C_rep (rounds of T_0): channel quality, worse to the right")
+        ax.set_ylabel("share of mismatches")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(regime, fontsize=9)
+        ax.legend(fontsize=6)
+    if subtitle:
+        fig.suptitle(subtitle, fontsize=9)
+    _save(fig, path)
+
+
+def latency_breakdown(table: pd.DataFrame, parts: dict, path, subtitle=None) -> None:
+    """Stacked bars: each answer's mean latency by part (``parts``: column -> label), one bar
+    per (variant, channel), one panel per (regime, gamma)."""
+    panels = list(table.groupby(["regime", "gamma"], sort=False))
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.5 * max(len(panels), 1), 4))
+    for ax, ((regime, gamma), rows) in zip(np.atleast_1d(axes), panels, strict=False):
+        labels = [f"{v}\n{c}" for v, c in zip(rows["variant"], rows["channel"], strict=True)]
+        bottom = np.zeros(len(rows))
+        for column, label in parts.items():
+            values = rows[column].to_numpy(dtype=float)
+            ax.bar(range(len(rows)), values, bottom=bottom, label=label)
+            bottom += values
+        ax.set_xticks(range(len(rows)), labels, fontsize=5, rotation=90)
+        ax.set_ylabel("seconds per answer")
+        ax.set_title(f"{regime}, gamma={gamma}", fontsize=9)
+    np.atleast_1d(axes)[0].legend(fontsize=6)
+    if subtitle:
+        fig.suptitle(subtitle, fontsize=9)
+    _save(fig, path)
+
+
+def learning_curve(curves: dict, path, subtitle=None) -> None:
+    """Held-out AUC against the number of training mismatches, per (regime, head)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, table in curves.items():
+        t = pd.DataFrame(table)
+        ax.plot(t["mismatches"], t["auc"], "o-", ms=3, label=label)
+    ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("training mismatches")
+    ax.set_ylabel("held-out ROC AUC (original labels)")
+    ax.legend(fontsize=6)
+    _subtitle(ax, subtitle)
+    _save(fig, path)
 
 
 def multidevice_policies(summary: pd.DataFrame, path, channel: str, subtitle=None) -> None:

@@ -20,6 +20,7 @@ from edgespec.config import (
     multidevice_batch_plan,
     validate_config,
     wisv_channels,
+    wisv_regimes,
     wisv_variants,
 )
 from edgespec.data.prepare import files_read, split_sizes
@@ -127,6 +128,9 @@ WISV_VARIANTS = wisv_variants(config)
 # channel and fading seed afterwards.
 CSI_VARIANTS = WISV_CSI_VARIANTS
 CSI_DECODE_SEEDS = config["wisv"]["csi_decode_seeds"]
+# Pricing regimes (edgespec.wisv.regimes): the measured profile first (the shared decodes' and
+# the multi-device study's), then the emulated testbed.
+WISV_REGIMES = wisv_regimes(config)
 # Every draft length some stage prices must have a measured verification time.
 PROFILE_GAMMAS = sorted(
     set(config["latency"]["gammas"])
@@ -165,6 +169,7 @@ wildcard_constraints:
     wchannel="[a-z][a-z0-9]*",
     gamma="[0-9]+",
     fseed="[0-9]+",
+    regime="|".join(WISV_REGIMES),
     # a whole WISV decode (join_wisv_decode): a channel-blind variant's, or the CSI head's
     wdecode="(vanilla_sd|topk_accept|head_no_csi|head_relabel_no_csi)/g[0-9]+/any"
     "|wisv/g[0-9]+/[a-z][a-z0-9]*/s[0-9]+",
@@ -374,58 +379,111 @@ def shard_prompts(shards):
     )
 
 
-WISV_HEADS = {
-    "head_no_csi": "results/wisv/head/no_csi_head.pt",
-    "head_relabel_no_csi": "results/wisv/head/relabel_no_csi_head.pt",
-    "wisv": "results/wisv/head/wisv_head.pt",
-}
+WISV_HEADS = {"head_no_csi": f"results/wisv/{WISV_REGIMES[0]}/head/no_csi_head.pt"}
+"""The regime-free head decode's head: the no-CSI head learns the mined labels alone, so every
+regime's train_head gives the same one; it is decoded once, from the first regime's."""
 
 
-def wisv_decodes(variant, gamma, channel):
-    """The decode stems (under results/wisv/decode/) a variant's figures at one channel and
-    gamma come from: per fading seed for the CSI-reading variants, one channel-free decode for
-    the others."""
+def wisv_regime_gammas(regime):
+    """The gammas a regime evaluates: wisv.gammas, or for the testbed wisv.testbed_gammas."""
+    if regime == "testbed" and config["wisv"]["testbed_gammas"] is not None:
+        return list(config["wisv"]["testbed_gammas"])
+    return list(config["wisv"]["gammas"])
+
+
+def wisv_decodes(variant, gamma, channel, regime):
+    """The decode stems (under results/wisv/decode/ or results/wisv/<regime>/decode/, written
+    <regime>/... for the latter) a variant's figures at one regime, channel and gamma come from:
+    per fading seed for the CSI-reading variants, one channel-free decode per regime for
+    head_relabel_no_csi, one shared channel-free decode for the others."""
     if variant in CSI_VARIANTS:
-        return [f"wisv/g{gamma}/{channel}/s{s}" for s in CSI_DECODE_SEEDS]
+        return [f"{regime}/wisv/g{gamma}/{channel}/s{s}" for s in CSI_DECODE_SEEDS]
+    if variant == "head_relabel_no_csi":
+        return [f"{regime}/{variant}/g{gamma}/any"]
     return [f"{variant}/g{gamma}/any"]
+
+
+def wisv_decode_path(stem, suffix):
+    """A decode stem's file: results/wisv/<regime>/decode/... or results/wisv/decode/..."""
+    head, _, rest = stem.partition("/")
+    if head in WISV_REGIMES:
+        return f"results/wisv/{head}/decode/{rest}.{suffix}"
+    return f"results/wisv/decode/{stem}.{suffix}"
 
 
 def wisv_decoded_rounds(wildcards):
     return [
-        f"results/wisv/decode/{stem}.parquet"
+        wisv_decode_path(stem, "parquet")
         for stem in wisv_decodes(
-            wildcards.wvariant, wildcards.gamma, wildcards.wchannel
+            wildcards.wvariant, wildcards.gamma, wildcards.wchannel, wildcards.regime
         )
     ]
 
 
 def wisv_head_inputs(wildcards):
     if wildcards.wvariant in WISV_HEADS:
-        return [WISV_HEADS[wildcards.wvariant], "results/wisv/head/metrics.json"]
+        metrics = f"results/wisv/{WISV_REGIMES[0]}/head/metrics.json"
+        return [WISV_HEADS[wildcards.wvariant], metrics]
     return []
 
 
 HEAD_TIMES = "results/latency/head.json"
 
 
-def wisv_head_times(wildcards):
-    """Head variants are charged the head's time per round (profile_head)."""
-    if wildcards.wvariant == "vanilla_sd" or wildcards.wvariant == "topk_accept":
-        return []
-    return [HEAD_TIMES]
+def wisv_pricing_inputs(wildcards):
+    """What a regime's pricing reads: the measured profile, head times and the pair's sizes;
+    the emulated testbed reads nothing."""
+    if wildcards.regime != "measured":
+        return {}
+    return {
+        "profile": "results/latency/profile.json",
+        "head": HEAD_TIMES,
+        "provenance": model_provenance(),
+    }
 
 
 def wisv_scored_decodes():
-    """Every WISV decode the report reads (stems under results/wisv/decode/), each once."""
+    """Every WISV decode the report reads (stems, ``wisv_decodes``), each once."""
     return sorted(
         {
             stem
+            for regime in WISV_REGIMES
             for variant in WISV_VARIANTS
-            for gamma in config["wisv"]["gammas"]
+            for gamma in wisv_regime_gammas(regime)
             for channel in sorted(WISV_CHANNELS)
-            for stem in wisv_decodes(variant, gamma, channel)
+            for stem in wisv_decodes(variant, gamma, channel, regime)
         }
     )
+
+
+def wisv_cost_files():
+    """Every evaluation the report reads: each regime, variant, channel and gamma."""
+    return [
+        f"results/wisv/{regime}/metrics/{variant}/{channel}/g{gamma}.parquet"
+        for regime in WISV_REGIMES
+        for variant in WISV_VARIANTS
+        for channel in sorted(WISV_CHANNELS)
+        for gamma in wisv_regime_gammas(regime)
+    ]
+
+
+def wisv_sweep_rounds():
+    """Per regime, the CSI decode the FH-against-SH sweep prices (the first gamma, channel
+    and seed), where a CSI-reading variant is configured."""
+    if not set(CSI_VARIANTS) & set(WISV_VARIANTS):
+        return []
+    return [
+        wisv_decode_path(
+            wisv_decodes(
+                "wisv_fh",
+                wisv_regime_gammas(regime)[0],
+                sorted(WISV_CHANNELS)[0],
+                regime,
+            )[0],
+            "parquet",
+        )
+        for regime in WISV_REGIMES
+    ]
 
 
 def wisv_vanilla_completions():
@@ -437,7 +495,7 @@ def wisv_vanilla_completions():
 
 
 def wisv_completion_files():
-    return [f"results/wisv/decode/{stem}.jsonl" for stem in wisv_scored_decodes()]
+    return [wisv_decode_path(stem, "jsonl") for stem in wisv_scored_decodes()]
 
 
 def wisv_score_files():
@@ -463,9 +521,9 @@ def wisv_channel_of(wildcards):
 
 
 def wisv_evaluate_settings(wildcards):
-    """The WISV keys one evaluation reads: the hidden-state bits of the upload, and for the
-    CSI-reading variants the fading seeds they were decoded under."""
-    keys = ["hidden_bits"]
+    """The WISV keys one evaluation reads: the retransmission scheme, and for the CSI-reading
+    variants the fading seeds they were decoded under."""
+    keys = ["arq"]
     if wildcards.wvariant in CSI_VARIANTS:
         keys.append("csi_decode_seeds")
     return pick(config["wisv"], *keys)
@@ -528,14 +586,16 @@ def multidevice_tables(wildcards):
         return [f"results/cuhlm/decode/{method}/tokens.parquet"]
     if method not in CSI_VARIANTS:
         return [
-            f"results/wisv/decode/{wisv_decodes(method, MD_GAMMA, 'any')[0]}.parquet"
+            wisv_decode_path(
+                wisv_decodes(method, MD_GAMMA, "any", "measured")[0], "parquet"
+            )
         ]
     channels = dict.fromkeys(MD_POPULATIONS[wildcards.mdchannel])
     # In the order of multidevice_table_keys: per channel, per decoded seed.
     return [
-        f"results/wisv/decode/{stem}.parquet"
+        wisv_decode_path(stem, "parquet")
         for c in channels
-        for stem in wisv_decodes(method, MD_GAMMA, c)
+        for stem in wisv_decodes(method, MD_GAMMA, c, "measured")
     ]
 
 
@@ -566,5 +626,6 @@ def multidevice_pricing(wildcards):
     return {
         "gamma": MD_GAMMA,
         "hidden_bits": config["wisv"]["hidden_bits"],
+        "arq": config["wisv"]["arq"],
         "prefill": prefill,
     }

@@ -32,8 +32,11 @@ rule mine_labels:
             "max_mismatches_per_prompt",
             "label_max_new_tokens",
             "answer_marker",
+            "label_continuations",
+            "label_temperature",
         ),
         prompting=PROMPTING,
+        seed=config["seed"],
     script:
         "../scripts/mine_labels.py"
 
@@ -65,32 +68,65 @@ rule join_labels:
         mem_mb=grows_with_attempt(8000),
         runtime=grows_with_attempt(10),
     params:
-        # mine_labels' summary: the label budget is a setting; every other number is summed
-        summary_settings=["label_max_new_tokens"],
+        # mine_labels' summary: the label budget and the continuations per mismatch are
+        # settings; every other number is summed
+        summary_settings=["label_max_new_tokens", "continuations"],
     script:
         "../scripts/join_datasets.py"
 
 
+localrules:
+    wisv_pricing,
+
+
+rule wisv_pricing:
+    """What one pricing regime prices with (methods §5): the measured profile of this machine
+    and its heads' measured times, or the emulated testbed of the WISV paper."""
+    input:
+        unpack(wisv_pricing_inputs),
+    output:
+        pricing="results/wisv/{regime}/pricing.json",
+    log:
+        "logs/wisv_pricing/{regime}.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(1000),
+        runtime=grows_with_attempt(5),
+    params:
+        regime="{regime}",
+        hidden_bits=config["wisv"]["hidden_bits"],
+        gammas=PROFILE_GAMMAS,
+        testbed=lambda wildcards: (
+            config["wisv"]["testbed"] if wildcards.regime == "testbed" else None
+        ),
+        head_hidden=config["wisv"]["head"]["hidden"],
+        csi_features=len(config["wisv"]["csi_features"]),
+    script:
+        "../scripts/wisv_pricing.py"
+
+
 rule relabel_csi:
-    """Channel-aware relabeling: one cvxpy boolean programme per CSI sample and prompt."""
+    """Channel-aware relabeling under one regime's pricing: one cvxpy boolean programme per CSI
+    sample and prompt."""
     input:
         table="results/wisv/labels/mismatches.parquet",
-        hidden="results/wisv/labels/hidden.npz",
-        profile="results/latency/profile.json",
+        pricing="results/wisv/{regime}/pricing.json",
     output:
-        train="results/wisv/relabel/train.parquet",
-        safe="results/wisv/relabel/safe_fraction.csv",
-        summary="results/wisv/relabel/summary.json",
+        train="results/wisv/{regime}/relabel/train.parquet",
+        safe="results/wisv/{regime}/relabel/safe_fraction.csv",
+        summary="results/wisv/{regime}/relabel/summary.json",
         figure=report(
-            "results/wisv/relabel/safe_vs_channel.png",
+            "results/wisv/{regime}/relabel/safe_vs_channel.png",
             caption="../report/safe_vs_channel.rst",
             category="WISV",
             subcategory="Relabeling",
         ),
     log:
-        "logs/relabel_csi.log",
+        "logs/relabel_csi/{regime}.log",
     benchmark:
-        "benchmarks/relabel_csi.tsv"
+        "benchmarks/relabel_csi/{regime}.tsv"
     priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
@@ -99,9 +135,7 @@ rule relabel_csi:
         mem_mb=grows_with_attempt(4000),
         runtime=grows_with_attempt(30),
     params:
-        wisv=pick(
-            config["wisv"], "relabel", "hidden_bits", "correlation", "csi_features"
-        ),
+        wisv=pick(config["wisv"], "relabel", "correlation", "csi_features", "arq"),
         channels=WISV_CHANNELS,
         seed=config["seed"],
     script:
@@ -109,28 +143,29 @@ rule relabel_csi:
 
 
 rule train_head:
-    """The WISV decision head (hidden states + CSI, relabeled labels) and its two ablations (no
-    CSI: original labels; relabeled labels), each tau on the same original validation labels.
+    """One regime's WISV decision head (hidden states + CSI, relabeled labels) and its two
+    ablations (no CSI: original labels; relabeled labels), each tau by one rule on the same
+    original validation labels; held-out AUCs, accept rate by CSI state, learning curves.
     """
     input:
         table="results/wisv/labels/mismatches.parquet",
         hidden="results/wisv/labels/hidden.npz",
-        train="results/wisv/relabel/train.parquet",
+        train="results/wisv/{regime}/relabel/train.parquet",
     output:
-        wisv_head="results/wisv/head/wisv_head.pt",
-        judge_head="results/wisv/head/no_csi_head.pt",
-        relabel_head="results/wisv/head/relabel_no_csi_head.pt",
-        metrics="results/wisv/head/metrics.json",
+        wisv_head="results/wisv/{regime}/head/wisv_head.pt",
+        judge_head="results/wisv/{regime}/head/no_csi_head.pt",
+        relabel_head="results/wisv/{regime}/head/relabel_no_csi_head.pt",
+        metrics="results/wisv/{regime}/head/metrics.json",
         figure=report(
-            "results/wisv/head/calibration.png",
+            "results/wisv/{regime}/head/calibration.png",
             caption="../report/head_calibration.rst",
             category="WISV",
             subcategory="Decision head",
         ),
     log:
-        "logs/train_head.log",
+        "logs/train_head/{regime}.log",
     benchmark:
-        "benchmarks/train_head.tsv"
+        "benchmarks/train_head/{regime}.tsv"
     priority: PRIORITY_CHAIN
     conda:
         "../envs/edgespec.yaml"
@@ -147,9 +182,10 @@ rule train_head:
 
 
 rule decode_wisv:
-    """Greedy gamma-token rounds of a channel-blind variant, once, without a channel, on one
-    shard's evaluation prompts (a dataset, or small datasets that fill a batch together).
-    """
+    """Greedy gamma-token rounds of a channel-blind variant, once, without a channel and for
+    every regime (its decisions read no regime's labels; head_no_csi's head and tau come from
+    the mined labels alone, so every regime trains the same one), on one shard's evaluation
+    prompts (a dataset, or small datasets that fill a batch together)."""
     input:
         prompts=shard_prompts(EVAL_SHARDS),
         provenance=model_provenance(),
@@ -163,6 +199,8 @@ rule decode_wisv:
         "logs/decode_wisv/{wvariant}/g{gamma}/any/{shard}.log",
     benchmark:
         "benchmarks/decode_wisv/{wvariant}/g{gamma}/any/{shard}.tsv"
+    wildcard_constraints:
+        wvariant="vanilla_sd|topk_accept|head_no_csi",
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
@@ -181,22 +219,64 @@ rule decode_wisv:
         "../scripts/decode_wisv.py"
 
 
-rule decode_wisv_csi:
-    """Greedy gamma-token rounds of the CSI-reading head under one channel and fading seed, on
-    one shard's evaluation prompts."""
+rule decode_wisv_regime:
+    """Greedy gamma-token rounds of head_relabel_no_csi, once per regime (its head learns the
+    regime's relabeled labels), without a channel, on one shard's evaluation prompts."""
     input:
         prompts=shard_prompts(EVAL_SHARDS),
         provenance=model_provenance(),
         precision=PRECISION,
         prefill=["results/prefill/{shard}.safetensors"],
-        heads=["results/wisv/head/wisv_head.pt", "results/wisv/head/metrics.json"],
+        heads=[
+            "results/wisv/{regime}/head/relabel_no_csi_head.pt",
+            "results/wisv/{regime}/head/metrics.json",
+        ],
     output:
-        rounds="results/wisv/decode/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.parquet",
-        completions="results/wisv/decode/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.jsonl",
+        rounds="results/wisv/{regime}/decode/{wvariant}/g{gamma}/any/{shard}.parquet",
+        completions="results/wisv/{regime}/decode/{wvariant}/g{gamma}/any/{shard}.jsonl",
     log:
-        "logs/decode_wisv/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.log",
+        "logs/decode_wisv/{regime}/{wvariant}/g{gamma}/any/{shard}.log",
     benchmark:
-        "benchmarks/decode_wisv/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.tsv"
+        "benchmarks/decode_wisv/{regime}/{wvariant}/g{gamma}/any/{shard}.tsv"
+    wildcard_constraints:
+        wvariant="head_relabel_no_csi",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: MODEL_THREADS
+    resources:
+        **MODEL_GPU,
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
+        runtime=grows_with_attempt(240),
+    params:
+        model_dir=model_dir_of,
+        models=MODEL_LOAD,
+        decoding=WISV_GREEDY_DECODING,
+        wisv=pick(config["wisv"], "max_new_tokens"),
+        prompting=PROMPTING,
+        seed=config["seed"],
+    script:
+        "../scripts/decode_wisv.py"
+
+
+rule decode_wisv_csi:
+    """Greedy gamma-token rounds of one regime's CSI-reading head under one channel and fading
+    seed, on one shard's evaluation prompts."""
+    input:
+        prompts=shard_prompts(EVAL_SHARDS),
+        provenance=model_provenance(),
+        precision=PRECISION,
+        prefill=["results/prefill/{shard}.safetensors"],
+        heads=[
+            "results/wisv/{regime}/head/wisv_head.pt",
+            "results/wisv/{regime}/head/metrics.json",
+        ],
+    output:
+        rounds="results/wisv/{regime}/decode/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.parquet",
+        completions="results/wisv/{regime}/decode/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.jsonl",
+    log:
+        "logs/decode_wisv/{regime}/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.log",
+    benchmark:
+        "benchmarks/decode_wisv/{regime}/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.tsv"
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
@@ -218,6 +298,7 @@ rule decode_wisv_csi:
 
 localrules:
     join_wisv_decode,
+    join_wisv_regime_decode,
 
 
 rule join_wisv_decode:
@@ -236,6 +317,34 @@ rule join_wisv_decode:
         completions="results/wisv/decode/{wdecode}.jsonl",
     log:
         "logs/join_wisv_decode/{wdecode}.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
+    script:
+        "../scripts/join_datasets.py"
+
+
+rule join_wisv_regime_decode:
+    """One regime's WISV decode's shards ({wdecode}: head_relabel_no_csi's g{gamma}/any, or
+    the CSI-reading head's g{gamma}/{channel}/s{seed}) as one table and one completions file,
+    in dataset order."""
+    input:
+        rounds=expand(
+            "results/wisv/{{regime}}/decode/{{wdecode}}/{shard}.parquet",
+            shard=EVAL_SHARDS,
+        ),
+        completions=expand(
+            "results/wisv/{{regime}}/decode/{{wdecode}}/{shard}.jsonl",
+            shard=EVAL_SHARDS,
+        ),
+    output:
+        rounds="results/wisv/{regime}/decode/{wdecode}.parquet",
+        completions="results/wisv/{regime}/decode/{wdecode}.jsonl",
+    log:
+        "logs/join_wisv_decode/{regime}/{wdecode}.log",
     conda:
         "../envs/edgespec.yaml"
     threads: 1
@@ -271,18 +380,16 @@ rule score_wisv:
 
 
 rule evaluate_wisv:
-    """Price one variant's rounds under one channel and gamma over every fading seed (common
-    random numbers); torch-free."""
+    """Price one variant's rounds under one regime, channel and gamma over every fading seed
+    (common random numbers); torch-free."""
     input:
         rounds=wisv_decoded_rounds,
-        head=wisv_head_times,
-        profile="results/latency/profile.json",
-        provenance=model_provenance(),
+        pricing="results/wisv/{regime}/pricing.json",
     output:
-        costs="results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.parquet",
-        metrics="results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.json",
+        costs="results/wisv/{regime}/metrics/{wvariant}/{wchannel}/g{gamma}.parquet",
+        metrics="results/wisv/{regime}/metrics/{wvariant}/{wchannel}/g{gamma}.json",
     log:
-        "logs/evaluate_wisv/{wvariant}/{wchannel}/g{gamma}.log",
+        "logs/evaluate_wisv/{regime}/{wvariant}/{wchannel}/g{gamma}.log",
     # Seconds each: on a cluster, the profile's group-components batches them into few jobs,
     # a group of WISV's own (see evaluate_cuhlm).
     group:
@@ -312,29 +419,19 @@ rule report_wisv:
     figures."""
     input:
         unpack(run_precision),
-        costs=expand(
-            "results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.parquet",
-            wvariant=WISV_VARIANTS,
-            wchannel=sorted(WISV_CHANNELS),
-            gamma=config["wisv"]["gammas"],
-        ),
+        costs=wisv_cost_files(),
         scores=wisv_score_files(),
-        head="results/wisv/head/metrics.json",
-        head_times=HEAD_TIMES,
-        labels="results/wisv/labels/summary.json",
-        relabel="results/wisv/relabel/summary.json",
-        safe="results/wisv/relabel/safe_fraction.csv",
-        wisv_rounds=(
-            expand(
-                "results/wisv/decode/wisv/g{gamma}/{wchannel}/s{fseed}.parquet",
-                gamma=config["wisv"]["gammas"][0],
-                wchannel=sorted(WISV_CHANNELS)[0],
-                fseed=CSI_DECODE_SEEDS[0],
-            )
-            if set(CSI_VARIANTS) & set(WISV_VARIANTS)
-            else []
+        heads=expand("results/wisv/{regime}/head/metrics.json", regime=WISV_REGIMES),
+        relabel=expand(
+            "results/wisv/{regime}/relabel/summary.json", regime=WISV_REGIMES
         ),
-        profile="results/latency/profile.json",
+        safe=expand(
+            "results/wisv/{regime}/relabel/safe_fraction.csv", regime=WISV_REGIMES
+        ),
+        pricing=expand("results/wisv/{regime}/pricing.json", regime=WISV_REGIMES),
+        labels="results/wisv/labels/summary.json",
+        mismatches="results/wisv/labels/mismatches.parquet",
+        wisv_rounds=wisv_sweep_rounds(),
         provenance=model_provenance(),
     output:
         summary=report(
@@ -363,6 +460,25 @@ rule report_wisv:
             category="WISV",
             subcategory="Figures",
         ),
+        policy=report(
+            "results/report/wisv_policy_vs_channel.png",
+            caption="../report/wisv_policy_vs_channel.rst",
+            category="WISV",
+            subcategory="Figures",
+        ),
+        breakdown=report(
+            "results/report/wisv_latency_breakdown.png",
+            caption="../report/wisv_latency_breakdown.rst",
+            category="WISV",
+            subcategory="Figures",
+        ),
+        breakdown_table="results/report/wisv_latency_breakdown.csv",
+        learning=report(
+            "results/report/wisv_learning_curve.png",
+            caption="../report/wisv_learning_curve.rst",
+            category="WISV",
+            subcategory="Figures",
+        ),
     log:
         "logs/report_wisv.log",
     conda:
@@ -374,7 +490,15 @@ rule report_wisv:
     params:
         channels=WISV_CHANNELS,
         variants=WISV_VARIANTS,
-        wisv=pick(config["wisv"], "correlation", "csi_decode_seeds", "hidden_bits"),
+        regimes=WISV_REGIMES,
+        wisv=pick(
+            config["wisv"],
+            "correlation",
+            "csi_decode_seeds",
+            "arq",
+            "relabel",
+            "regimes",
+        ),
         evaluation=config["evaluation"],
         seed=config["seed"],
     script:

@@ -41,6 +41,7 @@ config = MiningConfig.from_settings(
     pad_token_id=cfg.pad_token_id,
     batch_size=cfg.batch_size,
     hidden_dtype=np.float16,
+    seed=params.seed,
 )
 golds = [r.gold_answer for r in records]
 start = time.perf_counter()

@@ -1,26 +1,22 @@
-"""Rule relabel_csi (WISV wing, edgespec.wisv.relabel): repair/skip decisions
-of every mismatch under CSI samples spanning the evaluation channels (cvxpy MILP)."""
+"""Rule relabel_csi (WISV wing, edgespec.wisv.relabel): repair/skip decisions of every mismatch
+under CSI samples spanning the evaluation channels (cvxpy MILP), priced under one regime."""
 
 from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
-import numpy as np
 import pandas as pd
 
 from edgespec import plots
 from edgespec.artifacts import read_json, write_csv, write_json, write_parquet
 from edgespec.seeding import numpy_rng
-from edgespec.wireless.delay import LatencyProfile
+from edgespec.wisv.regimes import Pricing
 from edgespec.wisv.relabel import relabel_under_csi
 
-table = pd.read_parquet(snakemake.input.table)
-with np.load(snakemake.input.hidden) as hidden:
-    draft_hidden_size = hidden["draft"].shape[1]
+pricing = Pricing.from_dict(read_json(snakemake.input.pricing))
 run = relabel_under_csi(
-    table,
-    draft_hidden_size,
-    LatencyProfile.from_dict(read_json(snakemake.input.profile)),
+    pd.read_parquet(snakemake.input.table),
+    pricing,
     snakemake.params.channels,
     snakemake.params.wisv,
     numpy_rng(snakemake.params.seed, "relabel"),
@@ -29,4 +25,6 @@ run = relabel_under_csi(
 write_parquet(run.relabeled, snakemake.output.train)
 write_csv(run.safe, snakemake.output.safe)
 write_json(run.summary, snakemake.output.summary)
-plots.safe_vs_channel(run.safe, run.summary["safe_before"], snakemake.output.figure)
+plots.safe_vs_channel(
+    run.safe, run.summary["safe_before"], snakemake.output.figure, subtitle=pricing.description
+)

@@ -10,6 +10,7 @@ import logging
 
 from edgespec.artifacts import write_parquet
 from edgespec.runconfig import completion_texts, prompt_split
+from edgespec.wisv.report import parse_stem
 from edgespec.wisv.scores import text_scores
 
 records = prompt_split(snakemake.input.prompts, "eval")
@@ -21,7 +22,7 @@ decodes = zip(
     snakemake.params.decodes, snakemake.input.completions, snakemake.output.scores, strict=True
 )
 for stem, completions, out in decodes:
-    gamma = stem.split("/")[1]  # variant/g{gamma}/...
+    gamma = f"g{parse_stem(stem)['gamma']}"
     scores = text_scores(completion_texts(completions, records), records, vanilla[gamma])
     logging.info("%s: %s", stem, scores.mean(numeric_only=True).to_dict())
     write_parquet(scores, out)

@@ -1,7 +1,8 @@
 """Rule train_head (WISV wing, edgespec.wisv.training): the WISV head (hidden states + CSI,
 relabeled labels) and its ablations (no CSI on the original labels; no CSI on the relabeled
-labels), each tau chosen against the same original labels of the same validation prompts under
-the same budget. The heads' time per round is rule profile_head's."""
+labels), each tau chosen by one rule against the same original labels of the same validation
+prompts under the same budget; their held-out AUCs, the CSI head's accept rate by CSI state and
+the learning curves. The heads' time per round is rule wisv_pricing's."""
 
 from edgespec.artifacts import setup_logging
 
@@ -19,6 +20,7 @@ from edgespec.wisv.training import (
     LabeledSet,
     accept_rate_by_channel,
     calibration_curves,
+    heldout_quality,
     save_heads,
     train_heads,
     training_metrics,
@@ -52,5 +54,6 @@ save_heads(
     wisv["csi_features"],
 )
 metrics = training_metrics(heads, validation, accept_by_channel, wisv["head"]["max_accuracy_drop"])
+metrics.update(heldout_quality(heads, data, validation, wisv["head"], params.seed))
 write_json(metrics, out.metrics)
 plots.head_calibration(calibration_curves(heads, validation), out.figure)

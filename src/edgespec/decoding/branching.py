@@ -102,6 +102,7 @@ class BranchBatch:
         keep: int,
         pad_token_id: int = 0,
         with_hidden: bool = True,
+        sampler: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append ``tokens[b]`` (at least one) to row b.
 
@@ -109,7 +110,8 @@ class BranchBatch:
         ``with_hidden``), both on the CPU, at the last ``keep`` fed positions of each row: the
         greedy next token after each of them and the last-layer state after consuming it. A row
         with fewer than ``keep`` new tokens has padding in its first entries: read its last
-        ``len(tokens[b])`` only.
+        ``len(tokens[b])`` only. ``sampler`` (logits [B, keep, V] -> tokens [B, keep]) replaces
+        the argmax, e.g. a seeded draw at a temperature.
         """
         if len(tokens) != len(self):
             raise ValueError(f"{len(tokens)} token lists for {len(self)} rows")
@@ -118,7 +120,8 @@ class BranchBatch:
             raise ValueError(f"every row needs a new token, and keep={keep} must lie in 1..{width}")
         ids, new_valid = left_pad(tokens, pad_token_id, "cpu")
         out = self.ragged.forward(ids, new_valid, keep, with_hidden)
-        choice = greedy_tokens(out.logits).cpu()
+        logits = out.logits[:, -keep:]
+        choice = (greedy_tokens(logits) if sampler is None else sampler(logits)).cpu()
         hidden = out.hidden_states[-1][:, -keep:].cpu() if with_hidden else None
         return choice, hidden
 
@@ -167,12 +170,14 @@ def greedy_continue(
     stop: Callable[[int, list[int]], bool] | None = None,
     keep_caches: bool = True,
     pad_token_id: int = 0,
+    sampler: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> list[Continuation]:
     """Feed ``feeds[b]`` after ``rows[b]`` and continue greedily, at most ``budgets[b]`` tokens.
 
     A row ends at an EOS token (kept), at its budget, or when ``stop(b, tokens)`` says so after
     a token (the caller's rule, e.g. a complete final answer). Budget 0 feeds and stops. Rows
-    leave the batch as they finish.
+    leave the batch as they finish. ``sampler`` (``BranchBatch.feed``) draws every next token
+    instead of the argmax (a sampled continuation).
     """
     n = len(rows)
     if not (len(feeds) == len(budgets) == n):
@@ -181,7 +186,7 @@ def greedy_continue(
         raise ValueError("budgets must be >= 0")
     eos = set(int(t) for t in eos_token_ids)
     batch = BranchBatch(model, rows)
-    choice, hidden = batch.feed(feeds, 1, pad_token_id)
+    choice, hidden = batch.feed(feeds, 1, pad_token_id, sampler=sampler)
     results: list[Continuation | None] = [None] * n
     generated: list[list[int]] = [[] for _ in range(n)]
     active = list(range(n))
@@ -212,6 +217,6 @@ def greedy_continue(
             batch.select_rows(keep_rows)
             active = [active[s] for s in keep_rows]
         feed = [[generated[b][-1]] for b in active]
-        choice, _ = batch.feed(feed, 1, pad_token_id, with_hidden=False)
+        choice, _ = batch.feed(feed, 1, pad_token_id, with_hidden=False, sampler=sampler)
         next_tokens = choice[:, -1].tolist()
     return results  # type: ignore[return-value]

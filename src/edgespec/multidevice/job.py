@@ -21,6 +21,7 @@ from edgespec.multidevice.edge import BatchingPolicy
 from edgespec.multidevice.sweep import SweepSettings, sweep
 from edgespec.multidevice.workload import CuhlmPricing, WisvPricing, family
 from edgespec.variants import RECONSTRUCTION_SAMPLING_VARIANTS
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.evaluate import CSI_VARIANTS, HEAD_OF_VARIANT, HEAD_VARIANTS
@@ -39,7 +40,8 @@ def method_pricing(
 ):
     """``method``'s pricing under ``condition``. ``extras``: the JSON the method reads
     (``kstar``: k* and |V| for CU-HLM; ``provenance`` and, for head variants, ``head`` for
-    WISV); ``pricing``: ``prob_bits``, or ``gamma`` and ``hidden_bits``, and ``prefill``."""
+    WISV); ``pricing``: ``prob_bits``, or ``gamma``, ``hidden_bits`` and ``arq`` (config key
+    wisv.arq, default ``ArqSettings()``), and ``prefill``."""
     if family(method) == "cuhlm":
         kstar = extras["kstar"]
         return CuhlmPricing(
@@ -70,6 +72,7 @@ def method_pricing(
         seed,
         head_s=head_s,
         prefill=pricing["prefill"],
+        arq=ArqSettings.from_dict(pricing.get("arq")),
     )
 
 

@@ -16,11 +16,12 @@ work that evaluation leaves out (marked *):
   RTT / 2, verify over s + 1 tokens per row (*: the s tokens skipped since the previous upload,
   which the target must process before it can verify this one; the evaluation charges 1),
   wait RTT / 2. ``llm_only``: the edge generates the token (a request of 1 token), nothing else.
-- WISV round (``edgespec.wisv.evaluate.round_latencies``): wait gamma tau_SLM, transmit the
-  round's first uplink message, wait RTT / 2, verify (gamma + 1 tokens per row), then RTT / 2
-  back; SH with mismatches instead asks for the hidden states (RTT / 2 down), which the device
-  transmits, and the answer comes back after RTT / 2 up and RTT / 2 down; the decision head's
-  time (head variants, rounds with a mismatch) is charged before the answer leaves the edge.
+- WISV round (``edgespec.wisv.evaluate.round_latencies``): wait n_d tau_SLM (every draft
+  forward of the round), transmit the round's first uplink message, wait its expected ARQ
+  retransmissions and RTT / 2, verify (gamma + 1 tokens per row), then RTT / 2 back; SH with
+  mismatches instead asks for the hidden states (RTT / 2 down), which the device transmits,
+  and the answer comes back after RTT / 2 up and RTT / 2 down; the decision head's time (head
+  variants, rounds with a mismatch) is charged before the answer leaves the edge.
 
 So a device alone on the band and the edge reproduces the single-device delays plus the
 starred work (:meth:`CuhlmPricing.single_device_delays`, :meth:`WisvPricing.single_device_delays`
@@ -54,14 +55,15 @@ from edgespec.multidevice.edge import EdgeCost
 from edgespec.multidevice.simulate import END, SOLO, UP, VERIFY, WAIT
 from edgespec.seeding import derive_seed
 from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wireless.channel import ChannelCondition, uplink_rate_bps
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wireless.payload import upload_bits
 from edgespec.wisv.evaluate import (
     CSI_VARIANTS,
-    HEAD_VARIANTS,
     attach_channel,
     fading_seed,
+    round_breakdowns,
     round_latencies,
     round_payload,
 )
@@ -303,6 +305,7 @@ class WisvPricing:
     protocol_params: Mapping[str, Any]
     seed: int
     head_s: float = 0.0
+    arq: ArqSettings | None = None
     prefill: str = "alone"
 
     step = "round"
@@ -349,33 +352,45 @@ class WisvPricing:
             int(m): round_payload(self.variant, gamma, int(m), self.protocol_params)
             for m in np.unique(mismatches)
         }
-        draft_s = gamma * profile.draft_token_s
+        # Each round's parts as the single-device evaluation charges them (every draft forward,
+        # the head, the expected retransmissions: ``round_breakdowns``).
+        parts = round_breakdowns(
+            priced,
+            self.variant,
+            self.protocol_params,
+            profile,
+            self.condition.rtt_s,
+            gamma,
+            head_s=self.head_s,
+            arq=self.arq,
+        )
+        draft_s = parts["draft_s"].to_numpy()
+        retx_s = parts["retransmission_s"].to_numpy()
+        head_s = parts["head_s"].to_numpy()
         half_rtt = self.condition.rtt_s / 2.0
-        head = self.variant in HEAD_VARIANTS
         out = {}
         for pid, rows in _groups(priced, "round").items():
             legs, _ = prefill_step(self.variant, profile, self.prefill, lengths[rows[0]])
             steps = 1 if legs else 0
             for row in rows:
-                m = int(mismatches[row])
-                payload = payloads[m]
+                payload = payloads[int(mismatches[row])]
                 legs += [
-                    (WAIT, draft_s),
+                    (WAIT, float(draft_s[row])),
                     (UP, float(payload.uplink_bits / rate[row])),
-                    (WAIT, half_rtt),
+                    # expected ARQ retransmissions, as a wait (the band they take is not shared)
+                    (WAIT, float(retx_s[row]) + half_rtt),
                     (VERIFY, gamma + 1),
                 ]
-                head_s = self.head_s if head and m > 0 else 0.0
                 if payload.extra_round_trip:
                     # The edge asks for the mismatched positions' hidden states (RTT/2 down),
                     # the device sends them; the head runs; the answer goes down.
                     legs += [
                         (WAIT, half_rtt),
                         (UP, float(payload.extra_uplink_bits / rate[row])),
-                        (WAIT, half_rtt + head_s + half_rtt),
+                        (WAIT, half_rtt + float(head_s[row]) + half_rtt),
                     ]
                 else:
-                    legs.append((WAIT, head_s + half_rtt))
+                    legs.append((WAIT, float(head_s[row]) + half_rtt))
                 legs.append((END, 0.0))
             out[pid] = PromptProgram(
                 legs,
@@ -399,6 +414,7 @@ class WisvPricing:
             self.condition.rtt_s,
             int(self.gamma),
             head_s=self.head_s,
+            arq=self.arq,
         )
         out = {}
         for pid, rows in _groups(priced, "round").items():

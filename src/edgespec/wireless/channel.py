@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.wireless.arq import packet_error_rate
+
 FADING_MODELS = ("rayleigh", "rician", "awgn")
 
 SNR_FLOOR_DB = -100.0
@@ -104,6 +106,8 @@ _NUMERIC_FIELDS = (
     "noise_figure_db",
     "rtt_s",
     "correlation",
+    "per_a",
+    "per_g",
 )
 _OPTIONAL_FIELDS = ("snr_db", "tx_power_dbm", "distance_m")
 
@@ -135,6 +139,8 @@ class ChannelCondition:
     noise_figure_db: float = 7.0
     rtt_s: float = 0.0
     correlation: float = 0.0
+    per_a: float = 0.0
+    per_g: float = 0.0
 
     def __post_init__(self) -> None:
         label = f"channel condition {self.name!r}"
@@ -159,6 +165,9 @@ class ChannelCondition:
             raise ChannelError(f"{label}: bandwidth_hz must be > 0, got {self.bandwidth_hz}")
         if not (math.isfinite(self.rtt_s) and self.rtt_s >= 0):
             raise ChannelError(f"{label}: rtt_s must be >= 0, got {self.rtt_s}")
+        for key in ("per_a", "per_g"):
+            if not (math.isfinite(getattr(self, key)) and getattr(self, key) >= 0):
+                raise ChannelError(f"{label}: {key} must be finite and >= 0")
         if not (0.0 <= self.correlation < 1.0):
             raise ChannelError(
                 f"{label}: correlation must lie in [0, 1) (0 = independent blocks), "
@@ -366,7 +375,8 @@ def csi_features(condition: ChannelCondition, gain) -> dict[str, Any]:
     Keys: ``snr_db_mean`` [dB], ``snr_db_instantaneous`` rho |h|^2 [dB], ``gain_db`` |h|^2 [dB]
     (both floored at ``SNR_FLOOR_DB``), ``spectral_efficiency`` log2(1 + rho |h|^2)
     [bit/s/Hz], ``rate_mbps`` instantaneous rate [Mbit/s], ``mean_rate_mbps`` rate at the
-    average SNR [Mbit/s], ``rtt_ms`` [ms]. Values are floats for a scalar gain, arrays
+    average SNR [Mbit/s], ``rtt_ms`` [ms], ``per`` the packet error rate at the
+    instantaneous SNR (``packet_error_rate``). Values are floats for a scalar gain, arrays
     otherwise; normalising them is the head's job.
     """
     g = np.asarray(gain, dtype=float)
@@ -390,7 +400,18 @@ def csi_features(condition: ChannelCondition, gain) -> dict[str, Any]:
         "rate_mbps": out(condition.bandwidth_hz * efficiency / 1e6),
         "mean_rate_mbps": achievable_mean_rate(condition) / 1e6,
         "rtt_ms": condition.rtt_s * 1e3,
+        "per": out(packet_error_rate(rho * g, condition.per_a, condition.per_g)),
     }
+
+
+def block_packet_error_rate(condition: ChannelCondition, gain):
+    """PER of blocks with power gain(s) |h|^2 under ``condition`` (``arq.packet_error_rate``
+    at rho |h|^2)."""
+    return packet_error_rate(
+        condition.mean_snr_linear() * np.asarray(gain, dtype=float),
+        condition.per_a,
+        condition.per_g,
+    )
 
 
 def expected_rate_given_gain(condition: ChannelCondition, gain, lag: int = 1):

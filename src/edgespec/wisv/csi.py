@@ -25,13 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.wireless.arq import ArqSettings, expected_retransmission_s
 from edgespec.wireless.channel import (
     ChannelCondition,
+    block_packet_error_rate,
     csi_features,
     expected_rate_given_gain,
     uplink_rate_bps,
 )
 from edgespec.wireless.delay import LatencyProfile
+from edgespec.wisv.protocols import draft_forwards_per_round
 
 RANGE_KEYS = {
     "bandwidth_hz": "bandwidth_hz_range",
@@ -70,6 +73,7 @@ class CsiSample:
             "rate_mbps": float(uplink_rate_bps(self.condition, self.gain)) / 1e6,
             "expected_next_rate_mbps": float(expected_rate_given_gain(self.condition, self.gain))
             / 1e6,
+            "per": float(block_packet_error_rate(self.condition, self.gain)),
         }
 
 
@@ -113,15 +117,32 @@ def latin_hypercube(num: int, dims: int, rng: np.random.Generator) -> np.ndarray
     return (strata + rng.random((num, dims))) / num
 
 
+def per_fit(channels: Mapping[str, Mapping[str, Any]]) -> tuple[float, float]:
+    """The packet-error fit (per_a, per_g) the evaluation ``channels`` share (one radio, so
+    one fit; ``arq.packet_error_rate``), for the CSI samples; CsiError where they differ."""
+    fits = {
+        name: (float(spec.get("per_a", 0.0)), float(spec.get("per_g", 0.0)))
+        for name, spec in channels.items()
+    }
+    if len(set(fits.values())) > 1:
+        raise CsiError(
+            f"config key wisv.channels: the channels give different packet-error fits "
+            f"(per_a, per_g) {fits}; the relabeling's CSI samples need one"
+        )
+    return next(iter(fits.values()), (0.0, 0.0))
+
+
 def sample_csi(
     ranges: Mapping[str, tuple[float, float]],
     num: int,
     rng: np.random.Generator,
     correlation: float,
+    per: tuple[float, float] = (0.0, 0.0),
 ) -> list[CsiSample]:
     """``num`` Rayleigh channel states over ``ranges`` (:func:`csi_ranges`), Latin-hypercube
     spread: bandwidth log-uniform, SNR and RTT uniform, gain |h|^2 = -ln(1 - u) (Exp(1)), all
-    with the Gauss-Markov ``correlation`` of the evaluation's channel model."""
+    with the Gauss-Markov ``correlation`` of the evaluation's channel model and its
+    packet-error fit ``per`` = (per_a, per_g) (:func:`per_fit`)."""
     points = latin_hypercube(num, 4, rng)
     (w_lo, w_hi), (s_lo, s_hi), (r_lo, r_hi) = (
         ranges["bandwidth_hz"],
@@ -138,29 +159,48 @@ def sample_csi(
             snr_db=s_lo + u_s * (s_hi - s_lo),
             rtt_s=r_lo + u_r * (r_hi - r_lo),
             correlation=correlation,
+            per_a=per[0],
+            per_g=per[1],
         )
         out.append(CsiSample(condition, float(-math.log1p(-u_g))))
     return out
 
 
-def round_compute_s(profile: LatencyProfile, gamma: int) -> float:
-    """T_0 = gamma * tau_SLM + tau_LLM(gamma) [s]: one round's compute, on a perfect link."""
-    return gamma * profile.draft_token_s + profile.target_verify(gamma)
+def round_compute_s(profile: LatencyProfile, gamma: int, head_s: float = 0.0) -> float:
+    """T_0 = n_d * tau_SLM + tau_LLM(gamma) + t_head [s]: one round's compute on a perfect link
+    for the decision head's decodes, n_d = gamma + 1 draft forwards (they keep the hidden
+    states, ``protocols.draft_forwards_per_round``) and ``head_s`` the head's time [s]."""
+    forwards = draft_forwards_per_round(gamma, keep_hidden=True)
+    return forwards * profile.draft_token_s + profile.target_verify(gamma) + head_s
 
 
-def repair_cost_rounds(sample: CsiSample, uplink_bits: float, round_compute: float) -> float:
+def expected_next_gain(sample: CsiSample) -> float:
+    """E[|h_next|^2 | |h|^2 = g] = c^2 g + 1 - c^2 under the Gauss-Markov correlation c of the
+    sample's channel (Rayleigh; the next block's mean power given this one's)."""
+    memory = sample.condition.correlation**2
+    return memory * sample.gain + 1.0 - memory
+
+
+def repair_cost_rounds(
+    sample: CsiSample, uplink_bits: float, round_compute: float, arq: ArqSettings | None = None
+) -> float:
     """C_rep(c) / T_0 [rounds]: the latency of the extra round a repair causes, in rounds of
     compute T_0 = ``round_compute`` [s],
 
-        C_rep(c) = T_0 + uplink_bits / E[R_next | |h|^2] + RTT   [s],
+        C_rep(c) = T_0 + uplink_bits / E[R_next | |h|^2] + RTT + E[T_retx]   [s],
 
-    with ``uplink_bits`` [bit] the round's upload under the protocol in use (FH) and the
-    expected rate of the next block given the sample's gain (``expected_rate_given_gain``).
+    with ``uplink_bits`` [bit] the round's upload under the protocol in use (FH), the expected
+    rate of the next block given the sample's gain (``expected_rate_given_gain``) and the
+    expected ARQ retransmissions (``arq.expected_retransmission_s``, settings ``arq``) at the
+    packet error rate of the next block's expected power gain (:func:`expected_next_gain`).
     """
     if not (math.isfinite(round_compute) and round_compute > 0):
         raise CsiError(f"round_compute must be > 0 s, got {round_compute}")
     if not (math.isfinite(uplink_bits) and uplink_bits >= 0):
         raise CsiError(f"uplink_bits must be finite and >= 0, got {uplink_bits}")
     rate = float(expected_rate_given_gain(sample.condition, sample.gain))
-    seconds = round_compute + uplink_bits / rate + sample.condition.rtt_s
+    per = float(block_packet_error_rate(sample.condition, expected_next_gain(sample)))
+    rtt = sample.condition.rtt_s
+    retx = expected_retransmission_s(uplink_bits, rate, per, rtt, arq or ArqSettings())
+    seconds = round_compute + uplink_bits / rate + rtt + retx
     return seconds / round_compute

@@ -58,6 +58,7 @@ from edgespec.wisv.acceptance import (
 )
 from edgespec.wisv.evaluate import check_variant, round_gains
 from edgespec.wisv.head import load_head
+from edgespec.wisv.protocols import draft_forwards_per_round
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ ROUND_COLUMNS = (
     "num_committed",
     "num_mismatches",
     "num_semantic_accepts",
+    "draft_forwards",
     "gain",
     "rate_bps",
 )
@@ -173,8 +175,9 @@ def decode_wisv(
     prompt_tokens the prompt's length, num_accepted the rule's accepted prefix length (before
     budget/EOS cuts), num_committed the tokens kept (bonus or repair included), num_mismatches
     the drafts != target argmax among all gamma, num_semantic_accepts the mismatches among the
-    committed draft tokens, gain |h|^2 and rate_bps the round's uplink rate. ``prefilled``
-    serves the prompts' prefills (``edgespec.decoding.prefill_store``).
+    committed draft tokens, draft_forwards the draft forwards the round ran
+    (``protocols.draft_forwards_per_round``), gain |h|^2 and rate_bps the round's uplink rate.
+    ``prefilled`` serves the prompts' prefills (``edgespec.decoding.prefill_store``).
     """
     check_variant(variant)
     if cfg.temperature != 0:
@@ -240,7 +243,8 @@ def decode_wisv(
     )
     name = CHANNEL_FREE if condition is None else condition.name
     lengths = [len(p) for p in prompts]
-    table = _round_table(variant, name, prompt_ids, lengths, stats, masks, gains, rates)
+    forwards = draft_forwards_per_round(gamma, cfg.keep_hidden)
+    table = _round_table(variant, name, prompt_ids, lengths, stats, masks, gains, rates, forwards)
     return table, completions
 
 
@@ -319,6 +323,7 @@ def _round_table(
     masks: Mapping[tuple[int, int], list[bool]],
     gains: np.ndarray,
     rates: np.ndarray,
+    draft_forwards: int,
 ) -> pd.DataFrame:
     records = []
     for s in sorted(stats, key=lambda s: (s.prompt_index, s.round_index)):
@@ -338,6 +343,7 @@ def _round_table(
                 "num_committed": s.num_committed,
                 "num_mismatches": s.num_mismatches,
                 "num_semantic_accepts": int(sum(masks[key][:committed_drafts])),
+                "draft_forwards": draft_forwards,
                 "gain": float(gains[key]),
                 "rate_bps": float(rates[key]),
             }

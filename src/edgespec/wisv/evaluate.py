@@ -30,16 +30,19 @@ import pandas as pd
 from edgespec import checks
 from edgespec.seeding import derive_seed
 from edgespec.variants import WISV_CSI_VARIANTS, WISV_VARIANTS
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wireless.channel import (
     ChannelCondition,
+    block_packet_error_rate,
     sample_power_gains,
     uplink_rate_bps,
 )
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wisv.protocols import (
+    BREAKDOWN_PARTS,
     RoundPayload,
     fh_payload,
-    round_latency,
+    round_breakdown,
     sh_payload,
     vanilla_payload,
 )
@@ -71,6 +74,7 @@ PROMPT_COLUMNS = (
     "prompt_id",
     "latency_s",
     "prefill_s",
+    *BREAKDOWN_PARTS,
     "rounds",
     "tokens",
     "drafted",
@@ -79,7 +83,8 @@ PROMPT_COLUMNS = (
     "semantic_accepts",
     "uplink_bits",
 )
-"""Per (fading seed, prompt) costs of one variant, channel and gamma (:func:`price_over_seeds`)."""
+"""Per (fading seed, prompt) costs of one variant, channel and gamma (:func:`price_over_seeds`);
+``latency_s`` is ``prefill_s`` plus the ``BREAKDOWN_PARTS`` of the prompt's rounds [s]."""
 
 
 def check_variant(variant: str) -> str:
@@ -113,8 +118,8 @@ def round_gains(
 
 
 def attach_channel(rounds: pd.DataFrame, condition: ChannelCondition, seed: int) -> pd.DataFrame:
-    """``rounds`` with the gain and uplink rate of each (prompt, round) under ``condition`` and
-    fading base seed ``seed`` (:func:`round_gains`)."""
+    """``rounds`` with the gain, uplink rate and packet error rate of each (prompt, round)
+    under ``condition`` and fading base seed ``seed`` (:func:`round_gains`)."""
     ids = list(pd.unique(rounds["prompt_id"]))
     num = int(rounds["round"].max()) + 1 if len(rounds) else 0
     gains = round_gains(condition, ids, num, seed)
@@ -123,6 +128,7 @@ def attach_channel(rounds: pd.DataFrame, condition: ChannelCondition, seed: int)
     return rounds.assign(
         gain=g,
         rate_bps=np.asarray(uplink_rate_bps(condition, g), dtype=np.float64),
+        per=np.asarray(block_packet_error_rate(condition, g), dtype=np.float64),
         condition=condition.name,
     )
 
@@ -152,7 +158,7 @@ def round_payload(
 
 
 def _check_rounds(rounds: pd.DataFrame, gamma: int) -> None:
-    missing = {"num_drafted", "num_mismatches", "rate_bps"} - set(rounds.columns)
+    missing = {"num_drafted", "num_mismatches", "draft_forwards", "rate_bps"} - set(rounds.columns)
     if missing:
         raise ValueError(f"rounds lacks column(s) {sorted(missing)}")
     if len(rounds) and not (rounds["num_drafted"] == gamma).all():
@@ -173,7 +179,7 @@ def round_uplink_bits(
     return out
 
 
-def round_latencies(
+def round_breakdowns(
     rounds: pd.DataFrame,
     variant: str,
     protocol_params: Mapping[str, Any],
@@ -182,55 +188,77 @@ def round_latencies(
     gamma: int,
     head_s: float = 0.0,
     downlink_rate_bps: float | None = None,
-) -> np.ndarray:
-    """Latency of each round [s] (``protocols.round_latency``), shape [len(rounds)].
+    arq: ArqSettings | None = None,
+) -> pd.DataFrame:
+    """Each round's latency by part [s] (``protocols.round_breakdown``), one row per round,
+    columns ``BREAKDOWN_PARTS``.
 
     ``protocol_params``: vocab_size, hidden_size (the draft's), bits_per_value (default 16).
     vanilla_sd and topk_accept upload ids only; head_no_csi, head_relabel_no_csi and wisv_fh
     the FH payload (ids and all gamma hidden states); wisv_sh the SH payload of the round's
-    mismatch count (an extra round trip iff it is > 0). Compute: gamma *
-    ``profile.draft_token_s`` and ``profile.target_verify(gamma)``; ``head_s`` (the decision
+    mismatch count (an extra round trip iff it is > 0). Compute: the round's
+    ``draft_forwards`` (every draft forward the decode ran in it) times
+    ``profile.draft_token_s``, and ``profile.target_verify(gamma)``; ``head_s`` (the decision
     head's measured time per round [s], default 0) is charged to head variants
     (``HEAD_VARIANTS``) in rounds with a mismatch, the only rounds the head runs in. The uplink
-    runs at the round's ``rate_bps``.
+    runs at the round's ``rate_bps`` and is resent under ARQ (``arq``) at the round's ``per``
+    (:func:`attach_channel`; a table without that column was priced error-free).
     """
     _check_rounds(rounds, gamma)
     m = rounds["num_mismatches"].to_numpy(dtype=np.int64)
     rate = rounds["rate_bps"].to_numpy(dtype=np.float64)
+    forwards = rounds["draft_forwards"].to_numpy(dtype=np.float64)
+    per = rounds["per"].to_numpy(dtype=np.float64) if "per" in rounds else np.zeros(len(m))
     verify_s = profile.target_verify(gamma)
-    out = np.zeros(len(rounds), dtype=np.float64)
+    out = np.zeros((len(rounds), len(BREAKDOWN_PARTS)), dtype=np.float64)
     for value in np.unique(m):
         sel = m == value
         extra = head_s if (variant in HEAD_VARIANTS and value > 0) else 0.0
-        out[sel] = round_latency(
+        parts = round_breakdown(
             round_payload(variant, gamma, int(value), protocol_params),
             rate[sel],
             rtt_s,
-            gamma,
+            forwards[sel],
             profile.draft_token_s,
             verify_s,
             extra_verify_s=extra,
             downlink_rate_bps=downlink_rate_bps,
+            per=per[sel],
+            arq=arq,
         )
-    return out
+        out[sel] = np.stack([parts[k] for k in BREAKDOWN_PARTS], axis=1)
+    return pd.DataFrame(out, columns=list(BREAKDOWN_PARTS), index=rounds.index)
+
+
+def round_latencies(rounds: pd.DataFrame, *args, **kwargs) -> np.ndarray:
+    """Latency of each round [s], shape [len(rounds)]: the sum of :func:`round_breakdowns`'
+    parts (the same arguments: rounds, variant, protocol_params, profile, rtt_s, gamma, then
+    head_s, downlink_rate_bps, arq)."""
+    return round_breakdowns(rounds, *args, **kwargs).to_numpy().sum(axis=1)
 
 
 def prompt_costs(
-    rounds: pd.DataFrame, latencies: Any, uplink_bits: Any, profile: LatencyProfile
+    rounds: pd.DataFrame, breakdown: pd.DataFrame, uplink_bits: Any, profile: LatencyProfile
 ) -> pd.DataFrame:
     """Per prompt (in order of first appearance): its answer's latency [s] (the prompt's
-    prefill, ``profile.prefill_s(prompt_tokens)``, plus its rounds' latencies), rounds, tokens
-    committed, drafts, accepted drafts, mismatches, semantic accepts and uplink bits."""
-    lat = np.asarray(latencies, dtype=np.float64).reshape(-1)
+    prefill, ``profile.prefill_s(prompt_tokens)``, plus its rounds' latencies), each part of
+    the rounds' latencies summed (``breakdown``, :func:`round_breakdowns`' rows), rounds,
+    tokens committed, drafts, accepted drafts, mismatches, semantic accepts and uplink bits."""
     bits = np.asarray(uplink_bits, dtype=np.float64).reshape(-1)
-    if len(lat) != len(rounds) or len(bits) != len(rounds):
-        raise ValueError("one latency and one uplink size per round are needed")
-    frame = rounds.assign(_lat=lat, _bits=bits)
+    if len(breakdown) != len(rounds) or len(bits) != len(rounds):
+        raise ValueError("one latency breakdown and one uplink size per round are needed")
+    parts = list(BREAKDOWN_PARTS)
+    frame = rounds.assign(
+        _lat=breakdown[parts].to_numpy().sum(axis=1),
+        _bits=bits,
+        **{f"_{k}": breakdown[k].to_numpy() for k in parts},
+    )
     grouped = frame.groupby("prompt_id", sort=False)
     out = pd.DataFrame(
         {
             "rounds": grouped.size(),
             "round_latency_s": grouped["_lat"].sum(),
+            **{k: grouped[f"_{k}"].sum() for k in parts},
             "prompt_tokens": grouped["prompt_tokens"].first(),
             "tokens": grouped["num_committed"].sum(),
             "drafted": grouped["num_drafted"].sum(),
@@ -254,6 +282,7 @@ def price_over_seeds(
     gamma: int,
     seed: int,
     head_s: float = 0.0,
+    arq: ArqSettings | None = None,
 ) -> pd.DataFrame:
     """Per (fading seed index, prompt) costs of one variant under one channel (``PROMPT_COLUMNS``).
 
@@ -262,7 +291,8 @@ def price_over_seeds(
     (:func:`attach_channel`), or the decode made under seed s (a CSI-reading variant), whose
     gains must be those very draws (ValueError otherwise: the decisions saw other fading).
     ``seed`` is the configured seed (:func:`fading_seed`); ``head_s`` the head's compute per
-    round with a mismatch (head variants).
+    round with a mismatch (head variants); ``arq`` the retransmission scheme (config key
+    wisv.arq).
     """
     check_variant(variant)
     frames = []
@@ -275,11 +305,11 @@ def price_over_seeds(
                     f"{variant}: the rounds decoded for fading seed {index} saw other gains "
                     f"than that seed draws under channel {condition.name!r}"
                 )
-        latencies = round_latencies(
-            priced, variant, protocol_params, profile, condition.rtt_s, gamma, head_s=head_s
+        breakdown = round_breakdowns(
+            priced, variant, protocol_params, profile, condition.rtt_s, gamma, head_s, arq=arq
         )
         bits = round_uplink_bits(priced, variant, protocol_params, gamma)
-        costs = prompt_costs(priced, latencies, bits, profile)
+        costs = prompt_costs(priced, breakdown, bits, profile)
         costs.insert(0, "fading_index", int(index))
         frames.append(costs)
     if not frames:
@@ -387,23 +417,28 @@ def evaluate_variant(
     gamma: int,
     seed: int,
     head_times: Mapping[str, Any] | None = None,
+    arq: ArqSettings | None = None,
+    regime: str = "measured",
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Rule evaluate_wisv: ``variant``'s rounds priced under ``channel`` (``condition``) and
     ``gamma`` over every fading seed (:func:`price_over_seeds`, the head's time per round
-    :func:`head_round_s` of ``head_times`` charged), and their summary.
+    :func:`head_round_s` of ``head_times`` charged, retransmissions under ``arq``), and their
+    summary.
 
-    Returns (costs: ``PROMPT_COLUMNS`` after variant, channel, gamma; summary: the variant,
-    channel, gamma, condition, profile source, head_round_s [s], the fading seeds, each seed's
+    Returns (costs: ``PROMPT_COLUMNS`` after regime, variant, channel, gamma; summary: the
+    pricing ``regime`` (``edgespec.wisv.regimes``), variant, channel, gamma, condition, profile
+    source, head_round_s [s], the fading seeds, each seed's
     e2e latency [s] (mean over prompts), tokens, rounds, summed latency [s], AAL and
     throughput [tokens/s], and their medians over seeds).
     """
     head_s = head_round_s(variant, head_times)
     costs = price_over_seeds(
-        rounds_by_seed, variant, condition, protocol, profile, gamma, seed, head_s=head_s
+        rounds_by_seed, variant, condition, protocol, profile, gamma, seed, head_s=head_s, arq=arq
     )
     costs.insert(0, "gamma", gamma)
     costs.insert(0, "channel", channel)
     costs.insert(0, "variant", variant)
+    costs.insert(0, "regime", regime)
     per_seed = costs.groupby("fading_index").agg(
         e2e_latency_s=("latency_s", "mean"),
         tokens=("tokens", "sum"),
@@ -413,6 +448,7 @@ def evaluate_variant(
     per_seed["aal"] = per_seed["tokens"] / per_seed["rounds"]
     per_seed["throughput_tok_s"] = per_seed["tokens"] / per_seed["latency_s"]
     summary = {
+        "regime": regime,
         "variant": variant,
         "channel": channel,
         "gamma": gamma,

@@ -44,6 +44,7 @@ import torch
 from tqdm.auto import tqdm
 
 from edgespec.decoding.branching import BranchBatch, RowCache, greedy_continue, prefill_rows
+from edgespec.decoding.sampling import probabilities, sample
 from edgespec.wisv.mining import (
     CRITERIA,
     Branch,
@@ -51,6 +52,7 @@ from edgespec.wisv.mining import (
     MiningTask,
     Similarity,
     Verdict,
+    averaged_risks,
     judge_branches,
 )
 
@@ -192,22 +194,54 @@ def _substitute(task: MiningTask, walks: list[_Walk]) -> _Step:
     )
 
 
-def _continue_branches(target: torch.nn.Module, task: MiningTask, step: _Step) -> list[Any]:
-    """The target continues every substituted branch greedily from its cached prefix, to the
-    label budget in all (none after an EOS draft token) or the stated answer."""
+def _continue_branches(
+    target: torch.nn.Module, task: MiningTask, step: _Step, sampler=None, copies: int = 1
+) -> list[Any]:
+    """The target continues every substituted branch greedily (or drawing with ``sampler``,
+    ``copies`` times each, copy-major) from its cached prefix, to the label budget in all (none
+    after an EOS draft token) or the stated answer."""
     budget = task.config.label_budget
     return greedy_continue(
         target,
-        [w.target_cache.prefix(cut) for w, cut in zip(step.walks, step.cuts, strict=True)],
-        [[d] for d in step.draft_tokens],
+        [w.target_cache.prefix(cut) for w, cut in zip(step.walks, step.cuts, strict=True)] * copies,
+        [[d] for d in step.draft_tokens] * copies,
         [
             0 if d in task.eos else budget - p - 1
             for p, d in zip(step.positions, step.draft_tokens, strict=True)
-        ],
+        ]
+        * copies,
         task.eos,
-        stop=task.stop_rule(step.prefixes, [w.index for w in step.walks]),
+        stop=task.stop_rule(step.prefixes * copies, [w.index for w in step.walks] * copies),
+        keep_caches=sampler is None,
         pad_token_id=task.config.pad_token_id,
+        sampler=sampler,
     )
+
+
+def _sampled_verdicts(
+    target: torch.nn.Module,
+    task: MiningTask,
+    step: _Step,
+    refs: dict[int, Branch],
+    generator: torch.Generator,
+) -> list[list[Verdict]]:
+    """The verdicts of K - 1 continuations of every substituted branch drawn at the mining's
+    continuation temperature (``MiningConfig.continuations``): one list per draw."""
+    copies = task.config.continuations - 1
+    if copies < 1:
+        return []
+    temperature = task.config.continuation_temperature
+
+    def sampler(logits: torch.Tensor) -> torch.Tensor:
+        return sample(probabilities(logits, temperature), generator)
+
+    branches = _continue_branches(target, task, step, sampler, copies)
+    n = len(step.walks)
+    originals = [refs[w.index] for w in step.walks]
+    return [
+        judge_branches(task, originals, _alternatives(task, step, branches[k * n : (k + 1) * n]))
+        for k in range(copies)
+    ]
 
 
 def _draft_after_tokens(draft: torch.nn.Module, task: MiningTask, step: _Step) -> _DraftAfter:
@@ -361,6 +395,11 @@ def mine_labels(
     ``edgespec.scoring.semantic_similarity`` when needed. Texts are ``decode_text`` of the
     response tokens (prompt excluded).
 
+    With ``config.continuations`` K > 1 the risk is graded: the mean over the greedy verdict and
+    K - 1 continuations of prompt + R[:p] + [d] drawn at ``config.continuation_temperature``
+    (one seeded generator, ``config.seed``), each judged like A; the label and the walk stay
+    the greedy ones'.
+
     Semi-greedy: a safe substitution is kept and the walk continues on A; an important one
     keeps the current response. Answers are always compared with R0. At most
     ``config.max_mismatches_per_prompt`` are judged per prompt (None: all). Prompts are
@@ -378,6 +417,7 @@ def mine_labels(
     found = _Found()
     n, size = len(prompts), config.batch_size
     progress = tqdm(total=n, desc="mine labels", unit="prompt")
+    generator = torch.Generator().manual_seed(config.seed)
     for start in range(0, n, size):
         chunk = list(range(start, min(start + size, n)))
         refs, walks = _start_walks(draft, target, task, chunk)
@@ -387,7 +427,8 @@ def mine_labels(
             after = _draft_after_tokens(draft, task, step)
             alternatives = _alternatives(task, step, branches)
             verdicts = judge_branches(task, [refs[w.index] for w in step.walks], alternatives)
-            _record_labels(found, task, step, verdicts, after, branches)
+            draws = _sampled_verdicts(target, task, step, refs, generator)
+            _record_labels(found, task, step, averaged_risks(verdicts, draws), after, branches)
             _advance_walks(draft, task, step, verdicts, alternatives, branches, after)
         progress.update(len(chunk))
     progress.close()
@@ -418,5 +459,7 @@ def label_summary(
         "safe": int((table["label"] == 0).sum()),
         "criterion": criterion_counts(table),
         "label_max_new_tokens": config.label_max_new_tokens,
+        "continuations": config.continuations,
+        "risk_graded": int(((table["risk"] > 0) & (table["risk"] < 1)).sum()),
         "seconds": seconds,
     }

@@ -39,7 +39,10 @@ class MiningConfig:
     response is safe (criterion "similarity"); ``max_mismatches_per_prompt``: at most this many
     judged per prompt (None: all); ``answer_marker``: the phrase that states an answer;
     ``eos_token_ids`` and ``pad_token_id``: the tokenizer's; ``batch_size``: prompts walked
-    together; ``hidden_dtype``: the numpy dtype of the returned hidden states.
+    together; ``hidden_dtype``: the numpy dtype of the returned hidden states;
+    ``continuations``: K, the continuations a mismatch's risk averages (the greedy one and
+    K - 1 drawn at ``continuation_temperature`` from a generator seeded by ``seed``; K = 1:
+    the greedy one alone).
     """
 
     max_new_tokens: int
@@ -51,8 +54,16 @@ class MiningConfig:
     max_mismatches_per_prompt: int | None = None
     answer_marker: str = DEFAULT_ANSWER_MARKER
     hidden_dtype: Any = np.float32
+    continuations: int = 1
+    continuation_temperature: float = 1.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.continuations < 1 or not self.continuation_temperature > 0:
+            raise ValueError(
+                "wisv.label_continuations must be >= 1 and wisv.label_temperature > 0, got "
+                f"{self.continuations}, {self.continuation_temperature}"
+            )
         object.__setattr__(self, "eos_token_ids", tuple(int(t) for t in self.eos_token_ids))
         if self.max_new_tokens < 1 or self.batch_size < 1:
             raise ValueError("max_new_tokens and batch_size must be >= 1")
@@ -74,9 +85,11 @@ class MiningConfig:
         pad_token_id: int,
         batch_size: int,
         hidden_dtype: Any = np.float32,
+        seed: int = 0,
     ) -> MiningConfig:
         """From the workflow's config keys wisv.max_new_tokens, wisv.label_max_new_tokens,
-        wisv.similarity_threshold, wisv.max_mismatches_per_prompt and wisv.answer_marker."""
+        wisv.similarity_threshold, wisv.max_mismatches_per_prompt, wisv.answer_marker,
+        wisv.label_continuations and wisv.label_temperature (the last two optional)."""
         return cls(
             max_new_tokens=wisv["max_new_tokens"],
             eos_token_ids=tuple(eos_token_ids),
@@ -87,6 +100,9 @@ class MiningConfig:
             max_mismatches_per_prompt=wisv["max_mismatches_per_prompt"],
             answer_marker=wisv["answer_marker"],
             hidden_dtype=hidden_dtype,
+            continuations=int(wisv.get("label_continuations", 1)),
+            continuation_temperature=float(wisv.get("label_temperature", 1.0)),
+            seed=seed,
         )
 
     @property
@@ -233,3 +249,16 @@ def judge_branches(
             risk = float(min(max(1.0 - s, 0.0), 1.0))
             verdicts[k] = Verdict(s >= threshold, risk, s, "similarity")
     return verdicts  # type: ignore[return-value]
+
+
+def averaged_risks(
+    verdicts: Sequence[Verdict], draws: Sequence[Sequence[Verdict]]
+) -> list[Verdict]:
+    """The greedy ``verdicts`` with each risk replaced by the mean over the greedy verdict and
+    its sampled continuations' (``draws[k][j]``: draw k of mismatch j): the graded risk r_j of
+    K continuations (methods §4.2). Label, similarity and criterion stay the greedy one's."""
+    out = []
+    for j, v in enumerate(verdicts):
+        risks = [v.risk, *(draw[j].risk for draw in draws)]
+        out.append(v._replace(risk=float(np.mean(risks))))
+    return out

@@ -15,9 +15,14 @@ edge. Payloads [bit]:
 Round latency (the project's formula; methods §9 lists the protocol latency formulas as an own
 choice):
 
-    T = gamma tau_SLM + uplink / R + RTT + tau_LLM(gamma) + t_extra
+    T = n_d tau_SLM + uplink / R + RTT + tau_LLM(gamma) + t_head + T_retx
         (+ extra_uplink / R + RTT                 if the protocol takes an extra trip)
         (+ downlink / R_dl                        if a downlink rate is given)   [s]
+
+with n_d the draft forwards the round runs (gamma, or gamma + 1 where the decision head needs
+the last draft token's after-token state, ``edgespec.decoding.rounds``) and T_retx the expected
+ARQ retransmissions of the round's uplink messages under the block's packet error rate
+(``edgespec.wireless.arq``).
 
 Compute times cancel between FH and SH, so SH beats FH in a round with m > 0 mismatches iff
 RTT + m b_h / R < gamma b_h / R, i.e. RTT < (gamma - m) b_h / R (``crossover_rtt``): SH wins at
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgespec import checks
+from edgespec.wireless.arq import ArqSettings, expected_retransmission_s
 
 
 @dataclass(frozen=True)
@@ -125,41 +131,81 @@ def sh_payload(
     )
 
 
-def round_latency(
+def draft_forwards_per_round(gamma: int, keep_hidden: bool) -> int:
+    """The draft forwards ``edgespec.decoding.rounds.generate_rounds`` runs per row and round:
+    one per draft token, and one more over the last draft token where the hidden states are
+    kept (its after-token state for the decision head). The delay model charges each
+    (``protocols.round_breakdown``); a test counts the engine's forwards against it."""
+    return int(gamma) + (1 if keep_hidden else 0)
+
+
+BREAKDOWN_PARTS = (
+    "draft_s",
+    "uplink_s",
+    "rtt_s",
+    "verify_s",
+    "head_s",
+    "retransmission_s",
+    "downlink_s",
+)
+"""The parts of a round's latency (:func:`round_breakdown`), in the order figures stack them."""
+
+
+def round_breakdown(
     payload: RoundPayload,
     rate_bps,
     rtt_s,
-    gamma: int,
+    draft_forwards,
     draft_token_s: float,
     target_verify_s: float,
     extra_verify_s: float = 0.0,
     downlink_rate_bps=None,
-):
-    """Latency of one round [s] (module docstring formula).
-
-    ``rate_bps`` uplink rate R [bit/s]; ``rtt_s`` [s]; ``draft_token_s`` tau_SLM [s];
-    ``target_verify_s`` tau_LLM(gamma) [s] (``LatencyProfile.target_verify(gamma)``);
-    ``extra_verify_s`` decision-head time [s]; ``downlink_rate_bps`` [bit/s] or None
-    (downlink negligible). ``rate_bps``, ``rtt_s`` and ``downlink_rate_bps`` broadcast, so one
-    call prices many fading blocks; a float comes back for scalar inputs.
-    """
-    gamma = checks.integer("gamma", gamma, 1)
+    per=0.0,
+    arq: ArqSettings | None = None,
+) -> dict[str, np.ndarray]:
+    """The latency of one round by part [s] (module docstring formula), keys
+    ``BREAKDOWN_PARTS``: ``draft_s`` n_d tau_SLM, n_d = ``draft_forwards`` the draft forwards
+    the round runs (gamma, or gamma + 1 where the last draft token's hidden state needs one
+    more); ``uplink_s`` every uplink bit at ``rate_bps`` [bit/s]; ``rtt_s`` one RTT per trip
+    (two for SH's extra trip); ``verify_s`` tau_LLM(gamma) = ``target_verify_s``; ``head_s``
+    ``extra_verify_s``, the decision head; ``retransmission_s`` the expected ARQ
+    retransmissions of every uplink message under packet error rate ``per``
+    (``edgespec.wireless.arq``, settings ``arq``, default ``ArqSettings()``); ``downlink_s``
+    the downlink bits at ``downlink_rate_bps`` (0 where None). ``rate_bps``, ``rtt_s``,
+    ``draft_forwards`` and ``per`` broadcast, so one call prices many rounds."""
     rate = checks.positive_array("rate_bps", rate_bps)
     rtt = checks.nonneg_array("rtt_s", rtt_s)
+    forwards = checks.nonneg_array("draft_forwards", draft_forwards)
     compute = checks.nonneg_array("compute times", [draft_token_s, target_verify_s, extra_verify_s])
+    arq = arq or ArqSettings()
+    shape = np.broadcast(rate, rtt, forwards, np.asarray(per, dtype=float)).shape
     trips = 2 if payload.extra_round_trip else 1
-    out = (
-        gamma * compute[0]
-        + compute[1]
-        + compute[2]
-        + (payload.uplink_bits + payload.extra_uplink_bits) / rate
-        + trips * rtt
+    retx = expected_retransmission_s(payload.uplink_bits, rate, per, rtt, arq)
+    if payload.extra_uplink_bits > 0:
+        retx = retx + expected_retransmission_s(payload.extra_uplink_bits, rate, per, rtt, arq)
+    downlink = (
+        0.0
+        if downlink_rate_bps is None
+        else payload.downlink_bits / checks.positive_array("downlink_rate_bps", downlink_rate_bps)
     )
-    if downlink_rate_bps is not None:
-        out = out + payload.downlink_bits / checks.positive_array(
-            "downlink_rate_bps", downlink_rate_bps
-        )
-    out = np.asarray(out, dtype=float)
+    parts = {
+        "draft_s": forwards * compute[0],
+        "uplink_s": (payload.uplink_bits + payload.extra_uplink_bits) / rate,
+        "rtt_s": trips * rtt,
+        "verify_s": compute[1],
+        "head_s": compute[2],
+        "retransmission_s": retx,
+        "downlink_s": downlink,
+    }
+    return {k: np.broadcast_to(np.asarray(v, dtype=float), shape) + 0.0 for k, v in parts.items()}
+
+
+def round_latency(payload: RoundPayload, *args, **kwargs):
+    """Latency of one round [s]: the sum of :func:`round_breakdown`'s parts (the same
+    arguments: payload, rate_bps, rtt_s, draft_forwards n_d, draft_token_s, target_verify_s,
+    then the options). A float comes back for scalar inputs."""
+    parts = round_breakdown(payload, *args, **kwargs)
+    out = np.asarray(sum(parts[k] for k in BREAKDOWN_PARTS), dtype=float)
     return float(out) if out.ndim == 0 else out
 
 

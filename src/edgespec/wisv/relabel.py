@@ -56,15 +56,17 @@ import cvxpy as cp
 import numpy as np
 import pandas as pd
 
-from edgespec.wireless.delay import LatencyProfile
+from edgespec.wireless.arq import ArqSettings
 from edgespec.wisv.csi import (
     CsiSample,
     csi_ranges,
+    per_fit,
     repair_cost_rounds,
     round_compute_s,
     sample_csi,
 )
 from edgespec.wisv.protocols import fh_payload
+from edgespec.wisv.regimes import Pricing
 
 log = logging.getLogger(__name__)
 
@@ -360,14 +362,16 @@ def price_csi_samples(
     feature_names: Sequence[str],
     uplink_bits: float,
     round_compute: float,
+    arq: ArqSettings | None = None,
 ) -> list[dict[str, Any]]:
     """Each CSI sample as :func:`relabel_over_csi` takes it: its features ``feature_names``
     and its own repair cost [rounds] (``csi.repair_cost_rounds`` of that sample, for an upload
-    of ``uplink_bits`` [bit] and a round of compute ``round_compute`` [s])."""
+    of ``uplink_bits`` [bit], a round of compute ``round_compute`` [s] and retransmissions under
+    ``arq``)."""
     return [
         {
             "features": sample.features(feature_names),
-            "repair_cost": repair_cost_rounds(sample, uplink_bits, round_compute),
+            "repair_cost": repair_cost_rounds(sample, uplink_bits, round_compute, arq),
         }
         for sample in samples
     ]
@@ -386,33 +390,39 @@ class Relabeling:
 
 def relabel_under_csi(
     table: pd.DataFrame,
-    draft_hidden_size: int,
-    profile: LatencyProfile,
+    pricing: Pricing,
     channels: Mapping[str, Mapping[str, Any]],
     wisv: Mapping[str, Any],
     rng: np.random.Generator,
     source: str = "the mined labels",
 ) -> Relabeling:
     """Relabel the mined mismatches ``table`` (``labels.LABEL_COLUMNS``, read from ``source``)
-    under CSI samples spanning the evaluation ``channels``, drawn from ``rng``.
+    under CSI samples spanning the evaluation ``channels``, drawn from ``rng``, priced under
+    one regime's ``pricing`` (``edgespec.wisv.regimes``).
 
     ``wisv`` holds config keys wisv.relabel (gamma, num_csi_samples, lam_rounds_per_risk,
-    risk_budget, the ``*_range`` overrides), wisv.hidden_bits, wisv.correlation and
-    wisv.csi_features. A repair is priced per sample (:func:`price_csi_samples`) with the FH
-    upload of one gamma-token round (the draft's ``draft_hidden_size`` states, ids over the
-    vocabulary the table's tokens span) and T_0 of ``profile``. Each prompt's mismatches are
+    risk_budget, the ``*_range`` overrides), wisv.correlation, wisv.csi_features and wisv.arq.
+    A repair is priced per sample (:func:`price_csi_samples`) with the FH upload of one
+    gamma-token round at the regime's sizes (``pricing.protocol``), T_0 of its profile and its
+    CSI head's time, and the retransmissions of wisv.arq. Each prompt's mismatches are
     relabeled in response order (the programme's tie-break repairs earlier ones). Raises
     RelabelError where the mined or the relabeled labels hold one class only.
     """
     cfg = wisv["relabel"]
     check_two_classes(table["label"], f"the mined labels ({source})")
-    vocab_size = int(max(table["draft_token"].max(), table["target_token"].max()) + 1)
     gamma = cfg["gamma"]
-    uplink_bits = fh_payload(gamma, vocab_size, draft_hidden_size, wisv["hidden_bits"]).uplink_bits
-    round_compute = round_compute_s(profile, gamma)
+    protocol = pricing.protocol
+    uplink_bits = fh_payload(
+        gamma, protocol["vocab_size"], protocol["hidden_size"], protocol["bits_per_value"]
+    ).uplink_bits
+    head_s = float(pricing.head_times["head_round_s"]["wisv_head"])
+    round_compute = round_compute_s(pricing.profile, gamma, head_s)
     ranges = csi_ranges(channels, cfg)
-    samples = sample_csi(ranges, cfg["num_csi_samples"], rng, wisv["correlation"])
-    csi = price_csi_samples(samples, wisv["csi_features"], uplink_bits, round_compute)
+    samples = sample_csi(
+        ranges, cfg["num_csi_samples"], rng, wisv["correlation"], per_fit(channels)
+    )
+    arq = ArqSettings.from_dict(wisv.get("arq"))
+    csi = price_csi_samples(samples, wisv["csi_features"], uplink_bits, round_compute, arq)
     costs = [c["repair_cost"] for c in csi]
     ordered = table.sort_values(["prompt_id", "position"], kind="stable")
     relabeled = relabel_over_csi(ordered, csi, cfg["lam_rounds_per_risk"], cfg["risk_budget"])
@@ -420,8 +430,9 @@ def relabel_under_csi(
     safe = safe_fraction_by_channel(relabeled).merge(described, on="csi_sample")
     safe_before = float((table["label"] == 0).mean())
     log.info(
-        "T_0 = %.3f s per round; repair costs %.3f to %.3f rounds; safe fraction from %.3f "
+        "%s: T_0 = %.4f s per round; repair costs %.3f to %.3f rounds; safe fraction from %.3f "
         "(best channel) to %.3f (worst), %.3f before relabeling",
+        pricing.regime,
         round_compute,
         min(costs),
         max(costs),
@@ -436,6 +447,7 @@ def relabel_under_csi(
         f"{min(costs):.3f} to {max(costs):.3f} rounds of T_0 = {round_compute:.3f} s)",
     )
     summary = {
+        "regime": pricing.regime,
         "round_compute_s": round_compute,
         "uplink_bits": uplink_bits,
         "ranges": {k: list(v) for k, v in ranges.items()},

@@ -33,6 +33,13 @@ from edgespec.wisv.head import (
     split_by_group,
     train_head,
 )
+from edgespec.wisv.head_quality import (
+    accept_by_state,
+    heldout_auc,
+    learning_curve,
+    per_mismatch_q,
+    quality_metrics,
+)
 from edgespec.wisv.relabel import FEATURE_PREFIX, csi_feature_columns
 
 log = logging.getLogger(__name__)
@@ -166,10 +173,11 @@ def head_threshold(
 ) -> tuple[float, pd.DataFrame]:
     """Every head's tau rule: ``choose_threshold`` on the original labels of the shared
     validation mismatches, each important one weighted by its risk, the unsafe accept rate
-    within ``max_accuracy_drop`` (config key wisv.head.max_accuracy_drop); a CSI head's
-    [N_val, S] q counts each mismatch accepted for its share of the CSI states."""
+    within ``max_accuracy_drop`` (config key wisv.head.max_accuracy_drop). Each mismatch is
+    scored once, so one mismatch weighs the same for every head: a CSI head's [N_val, S] q is
+    averaged over the CSI states first (``head_quality.per_mismatch_q``)."""
     return choose_threshold(
-        q_val,
+        per_mismatch_q(q_val),
         validation.y_safe,
         max_accuracy_drop=max_accuracy_drop,
         important_weight=validation.risk,
@@ -182,10 +190,12 @@ def fit_head(
     validation: Validation,
     settings: Mapping[str, Any],
     seed: int,
+    train_prompts: set[Any] | None = None,
 ) -> TrainedHead:
     """Train head ``name`` (``HEAD_USES_CSI``) and choose its tau: the WISV head and the
     relabeled no-CSI head on the relabeled rows (``label_csi``), the no-CSI head on the
-    original labels; ``settings`` config key wisv.head."""
+    original labels; ``settings`` config key wisv.head. ``train_prompts`` (default: all the
+    training prompts) restricts the training rows (the learning curve)."""
     use_csi = HEAD_USES_CSI[name]
     if name == "no_csi_head":
         frame, rows = data.table, np.arange(len(data.table))
@@ -193,6 +203,9 @@ def fit_head(
     else:
         frame, rows = data.relabeled, data.relabeled["mismatch"].to_numpy()
         labels, split = data.relabeled["label_csi"].to_numpy(), validation.relabel_split
+    if train_prompts is not None:
+        keep = frame["prompt_id"].iloc[split[0]].isin(train_prompts).to_numpy()
+        split = (split[0][keep], split[1])
     head, metrics = train_head(
         data.draft_hidden[rows],
         data.target_hidden[rows],
@@ -226,6 +239,51 @@ def train_heads(
     validation = shared_split(data, settings["val_fraction"], seed)
     heads = {name: fit_head(name, data, validation, settings, seed) for name in HEAD_USES_CSI}
     return heads, validation
+
+
+LEARNING_HEADS = ("no_csi_head", "wisv_head")
+"""The heads whose learning curve train_head reports (original labels; relabeled with CSI)."""
+
+
+def heldout_quality(
+    heads: Mapping[str, TrainedHead],
+    data: LabeledSet,
+    validation: Validation,
+    settings: Mapping[str, Any],
+    seed: int,
+    learning: bool = True,
+) -> dict[str, Any]:
+    """Held-out quality (``head_quality``): each head's AUC on the original validation labels
+    with its bootstrap interval over prompts, the CSI head's accept rate under each CSI state
+    of the relabeling, and (``learning``) the learning curves of ``LEARNING_HEADS``."""
+    prompts = data.table["prompt_id"].to_numpy()[validation.val_rows]
+    auc = {
+        key: heldout_auc(t.q_val, validation.y_safe, prompts, seed, tag=key)
+        for key, t in heads.items()
+    }
+    accept = None
+    if "wisv_head" in heads:
+        states = (
+            data.relabeled.drop_duplicates("csi_sample")
+            .sort_values("csi_sample")[["csi_sample", "repair_cost"]]
+            .reset_index(drop=True)
+        )
+        relabeled_val = data.relabeled.iloc[validation.relabel_split[1]]
+        accept = accept_by_state(
+            heads["wisv_head"].q_val, heads["wisv_head"].tau, states, relabeled_val
+        )
+    curves = {}
+    if learning:
+        train_prompts = sorted(set(data.table["prompt_id"].iloc[validation.train_rows]), key=str)
+        for key in LEARNING_HEADS:
+
+            def fit_auc(chosen, key=key):
+                t = fit_head(key, data, validation, settings, seed, set(chosen))
+                n = int(data.table["prompt_id"].iloc[validation.train_rows].isin(chosen).sum())
+                return n, heldout_auc(t.q_val, validation.y_safe, prompts, seed, samples=1)["auc"]
+
+            curves[key] = learning_curve(fit_auc, train_prompts, seed)
+    return quality_metrics(auc, accept, curves)
 
 
 def accept_rate_by_channel(
