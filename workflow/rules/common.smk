@@ -13,6 +13,7 @@ from edgespec.config import (
     check_inputs_exist,
     check_model_settings,
     check_multidevice_settings,
+    check_testbed_settings,
     check_wisv_settings,
     cuhlm_variants,
     multidevice_batch_plan,
@@ -32,6 +33,7 @@ check_model_settings(config)
 check_wisv_settings(config)
 check_cross_references(config)
 check_multidevice_settings(config)
+check_testbed_settings(config)
 
 MODELS = config["models"]
 MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
@@ -211,6 +213,11 @@ def final_outputs():
             else []
         ),
         *(["results/machine/quantization.json"] if quantized else []),
+        *(
+            ["results/report/testbed_summary.csv"]
+            if config["testbed"]["enabled"]
+            else []
+        ),
     ]
 
 

@@ -68,6 +68,16 @@ class AnswerJob:
         return self.reply_timeout_s + 2.0 * transit
 
 
+def wire_sizes(provenance: Mapping[str, Any]) -> dict[str, int]:
+    """|V| (the target's logits) and the draft's hidden size, from rule fetch_models'
+    provenance (as ``edgespec.wisv.evaluate.protocol_params`` reads them)."""
+    models = provenance["models"]
+    return {
+        "vocab_size": int(models["target"]["logits_size"]),
+        "hidden_size": int(models["draft"]["hidden_size"]),
+    }
+
+
 def wire_spec(method: str, settings: Mapping[str, Any], sizes: Mapping[str, int]) -> WireSpec:
     """The wire sizes of ``method``'s answers: |V| and the draft's hidden size (``sizes``),
     bits per probability and per hidden value and gamma (config section ``testbed``; gamma 1

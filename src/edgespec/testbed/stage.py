@@ -33,14 +33,14 @@ log = logging.getLogger(__name__)
 
 
 def pick_records(paths: Sequence[str], count: int) -> list[PromptRecord]:
-    """The first ``count`` evaluation prompts, taken in turn from each dataset file (so every
-    dataset is represented), in file order."""
+    """The first ``count`` evaluation prompts (all of them where the run has fewer), taken in
+    turn from each dataset file (so every dataset is represented), in file order."""
     per_file = [[r for r in read_jsonl(p) if r.split == "eval"] for p in paths]
     out: list[PromptRecord] = []
     for i in range(max((len(f) for f in per_file), default=0)):
         out += [f[i] for f in per_file if i < len(f)]
-    if len(out) < count:
-        raise ValueError(f"testbed.prompts is {count} but the run has {len(out)} eval prompts")
+    if not out:
+        raise ValueError(f"testbed: no evaluation prompts in {list(paths)}")
     return out[:count]
 
 
@@ -213,3 +213,51 @@ def _collect(out, job: AnswerJob, device: dict, edge: dict, frames, gains, rates
 
 def _bits(sent: Mapping[str, Any]) -> dict[str, int]:
     return {"model_bits": int(sent["model_bits"]), "control_bits": int(sent["control_bits"])}
+
+
+def run_stage(
+    model_dir,
+    models: Mapping[str, Any],
+    prefill: Sequence[str],
+    heads: Mapping[str, str],
+    prompt_files: Sequence[str],
+    prompting: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    channel: str,
+    condition: Mapping[str, Any],
+    sizes: Mapping[str, int],
+    temperature: float,
+    policy_settings: Mapping[str, Any],
+    fit: dict | None,
+    seed: int,
+    log_path=None,
+) -> dict[str, pd.DataFrame]:
+    """Rule testbed_run: the testbed's processes on the cached pair (``model_dir``, ``models``:
+    the run's load settings, ``prefill``: the prefill stores, ``heads``: method -> decision
+    head), the first ``testbed.prompts`` evaluation prompts of ``prompt_files`` in the chat
+    template (``prompting``), every method on ``channel``; the tables of :func:`run_channel`."""
+    from pathlib import Path
+
+    from edgespec.models.load import load_tokenizer
+    from edgespec.runconfig import chat_prompts
+
+    tokenizer = load_tokenizer(Path(model_dir) / "target", role="target")
+    records = pick_records(prompt_files, int(settings["prompts"]))
+    prompts = chat_prompts(tokenizer, records, dict(prompting))
+    policies = device_policies(settings["methods"], policy_settings, fit)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    with Testbed(model_dir, models, prefill, heads, log_path=log_path) as testbed:
+        return run_channel(
+            testbed,
+            channel,
+            condition,
+            settings["methods"],
+            records,
+            prompts,
+            settings,
+            sizes,
+            temperature,
+            pad,
+            policies,
+            seed,
+        )

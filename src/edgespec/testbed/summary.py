@@ -214,6 +214,30 @@ def reason(row: Mapping[str, Any]) -> str:
     )
 
 
+def context(models: Mapping[str, Any], settings: Mapping[str, Any], profile: Mapping) -> str:
+    """What ran where, for the report: the pair, the sizes, the wire and the link, and where
+    the simulator's compute times come from."""
+    machine = profile.get("machine") or {}
+    threads = machine.get("torch_threads")
+    timed = f", timed at {threads} threads" if threads else ""
+    losses = settings.get("packet_error_rate") or {}
+    per = ", ".join(f"{c} {p:g}" for c, p in losses.items()) or "none"
+    return (
+        f"Pair: preset {models.get('preset')} ({models.get('dtype')} requested). Per method and "
+        f"channel up to {settings['prompts']} evaluation prompts and "
+        f"{settings['max_new_tokens']} new tokens each (an answer stops early once its "
+        "modelled uplink time exceeds "
+        f"{settings['max_uplink_s']:g} s), WISV rounds of {settings['gamma']} draft tokens, "
+        f"fading seed {settings['fading_seed']}. Device and edge: one process and one CPU core "
+        f"each; link: the user-space emulator on loopback (uplink rate per fading block, RTT / 2 "
+        f"each way, no downlink rate; packet error rate: {per}); wire: "
+        f"{settings['prob_bits']}-bit probabilities, {settings['hidden_bits']}-bit hidden "
+        f"values, a 16-byte header per frame. The simulator's compute times: the run's latency "
+        f"profile ({profile.get('source', 'n/a')}{timed}). Latencies are of the decode after the "
+        "prompt's prefill, on a machine other jobs may share."
+    )
+
+
 def markdown(summary: pd.DataFrame, context: str) -> str:
     """The report's "testbed against simulator" section: ``context`` (what ran where), the
     table, and the terms of each method and channel, measured against modelled."""
