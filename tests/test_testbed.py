@@ -229,3 +229,27 @@ def test_a_frame_damaged_on_the_link_is_named_by_the_edge(pair, how):
     text = str(err.value)
     assert "the edge failed" in text
     assert ("checksum" in text) or (how == "length" and "truncated" in text)
+
+
+@pytest.mark.slow
+def test_sh_rounds_without_a_mismatch_request_nothing_and_still_verify(pair, tmp_path):
+    """A pair whose target is the draft itself: every draft matches, so no SH round requests
+    hidden states, and the edge's head still verifies the round (rows of zeros it never reads)."""
+    import shutil
+
+    cache, sizes, heads = pair
+    twin = tmp_path / "twin"
+    shutil.copytree(cache, twin)
+    for item in (twin / "draft").iterdir():
+        if item.suffix in (".json", ".safetensors"):
+            shutil.copy2(item, twin / "target" / item.name)
+    policies = device_policies(["wisv_sh"], POLICY)
+    with Testbed(twin, {"dtype": "float32"}, heads=heads) as testbed:
+        tables = run_channel(
+            testbed, "fast", CHANNELS["fast"], ["wisv_sh"], RECORDS[:1], PROMPTS[:1],
+            SETTINGS, sizes, 1.0, 0, policies, SEED,
+        )  # fmt: skip
+    rounds, frames = tables["rounds"], tables["frames"]
+    assert len(rounds) > 0 and (rounds["num_mismatches"] == 0).all()
+    assert (rounds["num_accepted"] == SETTINGS["gamma"]).all()
+    assert not frames["kind"].isin(["REQUEST", "HIDDEN"]).any()

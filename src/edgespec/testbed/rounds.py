@@ -150,12 +150,14 @@ def edge_rounds(end: Endpoint, target, job: AnswerJob, rule, prefilled=None) -> 
             t_ids, t_valid = left_pad([pending + ids.tolist()], cfg.pad_token_id, "cpu")
             target_logits, target_hidden = model.feed(t_ids, t_valid, gamma + 1)
             mismatch = (drafts != greedy_tokens(target_logits[:, :gamma]))[0].numpy()
-        if protocol == "sh" and mismatch.any():
-            end.send(Kind.REQUEST, index, encode_request, spec, mismatch)
-            frame = end.recv(None, Kind.HIDDEN)
-            rows_h = end.decode(decode_hidden, spec, frame.payload, int(mismatch.sum()))
+        if protocol == "sh":  # a round without mismatches requests nothing
             hidden = np.zeros((gamma, spec.hidden_size), dtype=np.float32)
-            hidden[mismatch] = rows_h
+            if mismatch.any():
+                end.send(Kind.REQUEST, index, encode_request, spec, mismatch)
+                frame = end.recv(None, Kind.HIDDEN)
+                hidden[mismatch] = end.decode(
+                    decode_hidden, spec, frame.payload, int(mismatch.sum())
+                )
         with watch("compute"):
             draft_hidden = None
             if hidden is not None:
