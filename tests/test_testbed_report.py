@@ -168,6 +168,11 @@ def test_measured_terms_add_up_and_leave_out_hlms_analysis_only_uncertainty():
     assert first[terms].sum() == pytest.approx(first["e2e_s"])
     online = measured_terms(_answers("cuhlm_online"), _frames().assign(method="cuhlm_online"))
     assert online.iloc[0]["e2e_s"] == 1.0 and online.iloc[0]["device_s"] == pytest.approx(0.3)
+    # every token skipped: the edge's clock never ran and no timed frame crossed the link
+    idle = _answers("cuhlm_online").drop(columns="edge_compute_s")
+    quiet = measured_terms(idle, _frames().iloc[:0]).iloc[0]
+    assert quiet["edge_s"] == 0.0 and quiet["uplink_s"] == 0.0 and quiet["rtt_s"] == 0.0
+    assert quiet["other_s"] == pytest.approx(1.0 - 0.3 - 0.1)
 
 
 def test_the_summary_names_the_term_that_differs_most():

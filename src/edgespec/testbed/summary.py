@@ -50,6 +50,14 @@ TERM_NAMES = {
     "rtt_s": "RTT",
     "other_s": "other",
 }
+CLOCKS = (
+    "device_compute_s",
+    "device_uncertainty_s",
+    "device_serialise_s",
+    "edge_compute_s",
+    "edge_serialise_s",
+)
+"""The sides' clocks [s] the measured terms read (``edgespec.testbed.endpoint.Stopwatch``)."""
 NEAR_ONE = (0.8, 1.25)
 """A latency ratio whose interval lies within these bounds counts as near 1."""
 
@@ -59,8 +67,11 @@ def measured_terms(answers: pd.DataFrame, frames: pd.DataFrame) -> pd.DataFrame:
     timed = frames[frames["kind"].isin([k.name for k in TIMED_KINDS])]
     link = timed.groupby(["method", "channel", "prompt_id"])[["tx_s", "retx_s", "prop_s"]].sum()
     out = answers.join(link, on=["method", "channel", "prompt_id"])
-    out[["tx_s", "retx_s", "prop_s"]] = out[["tx_s", "retx_s", "prop_s"]].fillna(0.0)
-    unc = out["device_uncertainty_s"].fillna(0.0)
+    # A clock a side never started (an edge that verified nothing) or an answer without timed
+    # frames counts zero seconds.
+    for column in (*CLOCKS, "tx_s", "retx_s", "prop_s"):
+        out[column] = out[column].fillna(0.0) if column in out else 0.0
+    unc = out["device_uncertainty_s"]
     counted = out["method"].map(lambda m: m in TOKENWISE_METHODS and uses_uncertainty(m))
     out["e2e_s"] = out["e2e_s"] - np.where(counted, 0.0, unc)
     out["device_s"] = out["device_compute_s"] + np.where(counted, unc, 0.0)
@@ -105,6 +116,10 @@ def compare_answers(
     measured = measured_terms(answers, frames).join(
         link_bytes(frames), on=["method", "channel", "prompt_id"]
     )
+    # An answer with no timed frame (every CU-HLM token skipped) put no bytes on the link.
+    measured[["link_up_bytes", "link_down_bytes"]] = measured[
+        ["link_up_bytes", "link_down_bytes"]
+    ].fillna(0)
     parts = []
     for (method, channel), group in measured.groupby(["method", "channel"], sort=False):
         condition = ChannelCondition.from_dict({**channels[channel], "name": channel})
