@@ -11,6 +11,7 @@ import datasets as hf_datasets
 import numpy as np
 import pytest
 
+from edgespec.config import ConfigError, check_local_copies
 from edgespec.data import records as ds
 from edgespec.data.answers import answers_match, extract_final_number
 from edgespec.data.arithmetic import generate_arithmetic, generate_arithmetic_problems
@@ -315,7 +316,6 @@ FAKE_ROWS = {
                 }
             },
         },
-        {"example_id": 6, "question": "", "original_nq_answers": []},
     ],
 }
 
@@ -500,3 +500,102 @@ def test_bad_local_copy_names_dataset_and_file(tmp_path):
     (tmp_path / "x.csv").write_text("a,b\n")
     with pytest.raises(DatasetError, match="unknown format '.csv'"):
         load_records("dolly", 5, np.random.default_rng(0), path=tmp_path / "x.csv")
+
+
+# ---------------------------------------------------------------------------- bad local copies
+
+# Per adapter, the fields its records need: a row without one is rejected (never dropped), and
+# the error names the field ("question" stands for QED's question_text too; "answers" for QED's
+# two ways of stating an answer, original_nq_answers and annotation.selected_sentence).
+REQUIRED = [
+    ("gsm8k", ("question",), "question"),
+    ("gsm8k", ("answer",), "answer"),
+    ("alpaca", ("instruction",), "instruction"),
+    ("alpaca", ("output",), "output"),
+    ("dolly", ("instruction",), "instruction"),
+    ("dolly", ("response",), "response"),
+    ("strategyqa", ("question",), "question"),
+    ("strategyqa", ("answer",), "answer"),
+    ("creak", ("sentence",), "sentence"),
+    ("creak", ("label",), "label"),
+    ("qed", ("question",), "question"),
+    ("qed", ("original_nq_answers", "annotation"), "original_nq_answers"),
+]
+
+
+@pytest.mark.parametrize(("name", "dropped", "field"), REQUIRED)
+def test_a_record_without_a_required_field_is_rejected_with_its_line(
+    tmp_path, monkeypatch, name, dropped, field
+):
+    monkeypatch.setattr(hf_datasets, "load_dataset", _no_hub)
+    good = FAKE_ROWS[name][0]
+    bad = {k: v for k, v in good.items() if k not in dropped}
+    # three good rows, a blank line (still counted), the bad row on line 5, a good one after
+    lines = [json.dumps(good)] * 3 + ["", json.dumps(bad), json.dumps(good)]
+    copy = tmp_path / "copy.jsonl"
+    copy.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError) as info:
+        load_records(name, 10, np.random.default_rng(0), path=copy)
+    message = str(info.value)
+    assert f"dataset '{name}': {copy}, line 5: missing required field '{field}'" in message
+    # a JSON array names the record (counted from 0), as do rows from the hub
+    array = tmp_path / "copy.json"
+    array.write_text(json.dumps([good, good, bad]))
+    with pytest.raises(DatasetError, match=rf"{re.escape(str(array))}, record 2: .*'{field}'"):
+        load_records(name, 10, np.random.default_rng(0), path=array)
+    monkeypatch.setattr(hf_datasets, "load_dataset", lambda *a, **k: [good, bad])
+    hub = HUB_DATASETS[name].hub_id
+    with pytest.raises(DatasetError, match=rf"{re.escape(hub)} .*record 1: .*'{field}'"):
+        load_records(name, 10, np.random.default_rng(0))
+
+
+def test_a_yes_no_field_of_another_value_is_rejected(tmp_path):
+    copy = _write_lines(tmp_path / "dev.jsonl", [{**FAKE_ROWS["creak"][0], "label": "maybe"}])
+    with pytest.raises(DatasetError, match=r"line 1: field 'label' must be true/false"):
+        load_records("creak", 5, np.random.default_rng(0), path=copy)
+
+
+def test_a_line_cut_short_is_named_by_its_own_line(tmp_path):
+    rows = [FAKE_ROWS["gsm8k"][0] | {"question": f"Q{i}?"} for i in range(6)]
+    lines = [json.dumps(r) for r in rows]
+    lines[3] = lines[3][:40]  # line 4 cut short, the file goes on
+    for name in ("test.jsonl", "dev.json"):  # JSON Lines, also under a .json name (CREAK's)
+        copy = tmp_path / name
+        copy.write_text("\n".join(lines) + "\n")
+        with pytest.raises(DatasetError) as info:
+            load_records("gsm8k", 10, np.random.default_rng(0), path=copy)
+        assert f"{copy}, line 4: not valid JSON" in str(info.value), name
+        assert "line 1 column" not in str(info.value)
+
+
+def test_a_pretty_printed_json_cut_short_is_named_where_it_breaks_off(tmp_path):
+    rows = [FAKE_ROWS["alpaca"][0] | {"instruction": f"Task {i}."} for i in range(8)]
+    text = json.dumps(rows, indent=2)
+    cut = text[: len(text) * 2 // 3]
+    copy = tmp_path / "alpaca_data.json"
+    copy.write_text(cut)
+    with pytest.raises(DatasetError) as info:
+        load_records("alpaca", 10, np.random.default_rng(0), path=copy)
+    assert f"{copy}, line {cut.count(chr(10)) + 1}: not valid JSON" in str(info.value)
+
+
+def test_a_malformed_local_copy_fails_config_validation(tmp_path):
+    good = FAKE_ROWS["strategyqa"][0]
+    copy = _write_lines(tmp_path / "train.jsonl", [good, {"qid": "x", "answer": True}])
+    config = {
+        "data": {"datasets": {"sqa": {"source": "strategyqa", "n": 2, "path": "train.jsonl"}}}
+    }
+    with pytest.raises(ConfigError) as info:
+        check_local_copies(config, base=tmp_path)
+    message = str(info.value)
+    assert "data.datasets.sqa.path" in message and f"{copy}, line 2" in message
+    assert "missing required field 'question'" in message
+    mine = _write_lines(tmp_path / "mine.jsonl", [GOOD, {**GOOD, "id": "a-2", "task": "poetry"}])
+    config = {"data": {"datasets": {"own": {"source": "jsonl", "n": 2, "path": "mine.jsonl"}}}}
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(mine))}, line 2: field 'task'"):
+        check_local_copies(config, base=tmp_path)
+    _write_lines(tmp_path / "train.jsonl", [good])  # mended: no error
+    config = {
+        "data": {"datasets": {"sqa": {"source": "strategyqa", "n": 2, "path": "train.jsonl"}}}
+    }
+    check_local_copies(config, base=tmp_path)

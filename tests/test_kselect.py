@@ -13,20 +13,22 @@ import pandas as pd
 import pytest
 import torch
 
+from edgespec.cuhlm.bounds import (
+    beta_hat,
+    online_bound_denominator,
+    online_k,
+    provable_bound,
+    reconstruction_errors_all_k,
+    softplus,
+)
 from edgespec.cuhlm.calibration import LinearFit
 from edgespec.cuhlm.distortion import output_distortion_grid
 from edgespec.cuhlm.kcurves import BoundCurves, dense_bound_curves
 from edgespec.cuhlm.kselect import (
     InfeasibleBudgetError,
     _stdout_fd_silenced,
-    beta_hat,
     k_table,
-    online_bound_denominator,
-    online_k,
     optimize_k_star,
-    provable_bound,
-    reconstruction_errors_all_k,
-    softplus,
 )
 from edgespec.decoding.compression import (
     reconstruct_topk,

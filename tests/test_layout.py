@@ -227,6 +227,11 @@ def test_the_layering_check_sees_each_kind_of_breach():
         "edgespec.intervals",
         "edgespec.readme_results",
         "edgespec.runcompare",
+        "edgespec.multidevice.batchprofile",
+        "edgespec.multidevice.devices",
+        "edgespec.multidevice.capacity",
+        "edgespec.multidevice.report",
+        "edgespec.multidevice.job",
     ],
 )
 def test_evaluation_modules_import_neither_torch_nor_transformers(module):

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
+from edgespec.cuhlm.bounds import online_k
 from edgespec.cuhlm.calibration import LinearFit
-from edgespec.cuhlm.kselect import online_k
 from edgespec.cuhlm.policies import (
     VARIANTS,
     ExactTopKPolicy,

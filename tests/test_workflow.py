@@ -1,4 +1,4 @@
-"""The Snakemake workflow itself: dry runs, the SLURM profile, and real smoke runs on tiny models
+"""The Snakemake workflow itself: dry runs and real smoke runs on tiny models
 (every rule through the report), including a run killed midway and resumed, what a config change
 reruns, and a second working directory on the first one's model cache.
 
@@ -7,8 +7,10 @@ Tests that run jobs are marked ``slow`` (minutes): ``pytest -m "not slow"`` skip
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -142,39 +144,6 @@ def test_missing_dataset_file_fails_before_any_job(tmp_path):
     assert "absent.jsonl" in proc.stdout + proc.stderr
 
 
-def test_slurm_profile_dry_run_requests_resources(tmp_path):
-    pytest.importorskip("snakemake_executor_plugin_slurm")
-    proc = _run(
-        ["-n", "--workflow-profile", str(REPO_ROOT / "workflow" / "profiles" / "slurm")],
-        tmp_path,
-        # the README's way to set account and partition: sbatch's own variables, which the
-        # profile adds to its default-resources instead of replacing them
-        env={"SBATCH_ACCOUNT": "acct", "SBATCH_PARTITION": "part"},
-    )
-    blocks = proc.stdout.split("rule ")
-    traces = next(b for b in blocks if b.startswith("collect_traces:"))
-    assert "gpu=1" in traces and "mem_mb=64000" in traces and "runtime=720" in traces
-    assert "cpus_per_task=8" in traces
-    assert "slurm_account=acct" in traces and "slurm_partition=part" in traces
-    for rule in ("prepare_data", "fit_calibration"):  # default-resources kept whole
-        block = next(b for b in blocks if b.startswith(f"{rule}:"))
-        assert "cpus_per_task=2" in block and "slurm_account=acct" in block, rule
-    decode = next(b for b in blocks if b.startswith("decode_cuhlm:"))
-    assert "wildcards: variant=" in decode and "shard=" in decode and "gpu=1" in decode
-    # the 36 evaluation jobs of the default config (11 evaluate_cuhlm, 24 evaluate_wisv,
-    # joint_kstar) go to SLURM as 2 group jobs of <= 30
-    counts = _job_counts(proc.stdout)
-    assert counts["evaluate_cuhlm"] + counts["evaluate_wisv"] + counts["joint_kstar"] == 36
-    assert proc.stdout.count("Group job evaluate") == 2
-    for rule in ("select_dtype", "optimize_k", "decode_wisv_csi"):  # model stages of 8, 9, 10
-        block = next(b for b in blocks if b.startswith(f"{rule}:"))
-        assert "gpu=1" in block and "cpus_per_task=8" in block, rule
-    without = _run(
-        ["-n", "--workflow-profile", str(REPO_ROOT / "workflow/profiles/slurm")], tmp_path
-    )
-    assert "slurm_account" not in without.stdout and "cpus_per_task=2" in without.stdout
-
-
 def test_paper_config_prepares_exactly_the_papers_datasets(tmp_path):
     proc = _run(
         ["-n", "--cores", "2", "--configfile", str(REPO_ROOT / "config/paper.yaml")], tmp_path
@@ -186,6 +155,11 @@ def test_paper_config_prepares_exactly_the_papers_datasets(tmp_path):
     # datasets of at least a batch (32) are shards of their own: a job per variant and dataset
     assert counts["decode_cuhlm"] == len(CUHLM_VARIANTS) * 6
     assert counts["join_cuhlm_decode"] == len(CUHLM_VARIANTS) and counts["join_labels"] == 1
+    # every WISV decode too: 4 channel-blind variants x 3 gammas, and the CSI head x 3 gammas
+    # x 2 channels x 5 fading seeds, each per dataset, joined per decode
+    assert counts["decode_wisv"] == 4 * 3 * 6 and counts["decode_wisv_csi"] == 3 * 2 * 5 * 6
+    assert counts["join_wisv_decode"] == 4 * 3 + 3 * 2 * 5
+    assert counts["prefill_prompts"] == 6
 
 
 def test_data_files_are_inputs(tmp_path):
@@ -208,7 +182,9 @@ def test_data_files_are_inputs(tmp_path):
     )
     args = [*target, "--cores", "1", f"--configfile={cfg}"]  # `=`: it takes no targets
     dry = _run(["-n", *args], tmp_path)
-    assert f"input: {REPO_ROOT / 'data' / 'instructions.jsonl'}" in dry.stdout
+    # the embedded file relative to the working directory (a moved checkout reruns nothing)
+    embedded = os.path.relpath(REPO_ROOT / "data" / "instructions.jsonl", tmp_path)
+    assert f"input: {embedded}\n" in dry.stdout and not embedded.startswith("/")
     assert "input: own.jsonl" in dry.stdout
     # prepare_data may download from a dataset hub: it runs where Snakemake runs
     run = _run(args, tmp_path)
@@ -237,29 +213,50 @@ def test_given_latency_without_a_priced_gamma_fails_before_any_job(tmp_path):
 
 
 def test_failed_job_shows_its_error_and_a_retry_gets_more(tmp_path):
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "a", "prompt": "x", "task": "poetry", "source": "s"}\n')
+    # A hub dataset with the hub out of reach fails in its job (a malformed local copy would
+    # fail the configuration instead, before any job).
     cfg = _write_yaml(
-        tmp_path / "bad.yaml",
-        {"data": {"datasets": {"own": {"source": "jsonl", "n": 3, "path": "bad.jsonl"}}}},
+        tmp_path / "hub.yaml", {"data": {"datasets": {"gsm8k": {"source": "gsm8k", "n": 3}}}}
     )
+    offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     # the target before --configfile, which would take it for a second config file
-    base = ["results/data/own.jsonl", "--cores", "1", "--configfile", str(cfg)]
-    cause = "line 1: field 'task' must be one of"
+    base = ["results/data/gsm8k.jsonl", "--cores", "1", "--configfile", str(cfg)]
+    cause = "could not load openai/gsm8k (main) split 'test'"
     # without a profile: the job echoes its error where Snakemake reports the failure
-    proc = _run(["--retries", "1", *base], tmp_path, check=False)
+    proc = _run(["--retries", "1", *base], tmp_path, check=False, env=offline)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
-    assert f"DatasetError: dataset 'own', bad.jsonl, {cause}" in out
+    assert f"DatasetError: dataset 'gsm8k': {cause}" in out
     first, retry = re.findall(r"resources: .*", out)[:2]
     assert "mem_mb=2000" in first and "runtime=10," in first
     assert "mem_mb=4000" in retry and "runtime=20," in retry  # a retry gets more
     # the profiles also print the failed job's log
     profile = ["--workflow-profile", str(REPO_ROOT / "workflow/profiles/default")]
-    proc = _run([*profile, *base], tmp_path, check=False)
+    proc = _run([*profile, *base], tmp_path, check=False, env=offline)
     out = proc.stdout + proc.stderr
-    log_tail = out.split("Logfile logs/prepare_data/own.log:", 1)[1]
+    log_tail = out.split("Logfile logs/prepare_data/gsm8k.log:", 1)[1]
     assert "Traceback" in log_tail and cause in log_tail
+
+
+def test_a_malformed_local_copy_fails_before_any_job(tmp_path):
+    """A local dataset copy is read when the configuration is checked: a record without its
+    question stops the run there, named by file, line and field, before any model job."""
+    copy = tmp_path / "test.jsonl"
+    rows = [{"question": "Q?", "answer": "#### 6"}, {"answer": "#### 7"}]
+    copy.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _write_yaml(
+        tmp_path / "local.yaml",
+        {"data": {"datasets": {"gsm8k": {"source": "gsm8k", "n": 2, "path": "test.jsonl"}}}},
+    )
+    proc = _run(
+        ["-n", "--cores", "1", "--configfile", str(cfg), "--directory", str(tmp_path)],
+        tmp_path,
+        check=False,
+    )
+    assert proc.returncode != 0 and "Job stats" not in proc.stdout
+    out = proc.stdout + proc.stderr
+    assert "config key 'data.datasets.gsm8k.path'" in out
+    assert "test.jsonl, line 2: missing required field 'question'" in out
 
 
 @pytest.fixture(scope="module")
@@ -371,20 +368,20 @@ def test_smoke_run_reports_every_variant(smoke_run):
 def test_smoke_run_simulates_many_devices_on_one_edge(smoke_run):
     runs = pd.read_parquet(smoke_run / "results/multidevice/vanilla_sd/good.parquet")
     assert sorted(runs["devices"].unique()) == [1, 2, 4, 8, 16, 32]
-    assert set(runs["uplink"]) == {"equal_split", "tdma"} and runs["seed"].nunique() == 20
-    # One device is the single-device evaluation: its throughput per fading seed is the
-    # evaluation's (rule evaluate_wisv, the same channel, gamma and draws).
+    assert set(runs["uplink"]) == {"equal_split", "tdma"} and runs["replicate"].nunique() == 20
+    assert set(runs["policy"]) == {"base", "max_batch=4", "window=50 ms"}
+    # One device in replicate 0 is the single-device evaluation (WISV charges the prefill as
+    # every method now does): its throughput is the evaluation's under fading seed 0.
     costs = pd.read_parquet(smoke_run / "results/wisv/metrics/vanilla_sd/good/g4.parquet")
-    per_seed = costs.groupby("fading_index").agg(tokens=("tokens", "sum"), s=("latency_s", "sum"))
-    one = runs[(runs["devices"] == 1) & (runs["uplink"] == "equal_split")].set_index("seed")
+    seed0 = costs[costs["fading_index"] == 0]
+    one = runs[(runs["devices"] == 1) & (runs["replicate"] == 0)]
     np.testing.assert_allclose(
-        one["aggregate_tps"].sort_index(),
-        (per_seed["tokens"] / per_seed["s"]).sort_index(),
-        rtol=1e-9,
+        one["aggregate_tps"], seed0["tokens"].sum() / seed0["latency_s"].sum(), rtol=1e-9
     )
     assert (one["single_device_rel_diff"] < 1e-9).all()
     # More devices: more aggregate throughput, fuller batches, a busier edge.
-    med = runs[runs["uplink"] == "equal_split"].groupby("devices").median(numeric_only=True)
+    base = runs[(runs["uplink"] == "equal_split") & (runs["policy"] == "base")]
+    med = base.groupby("devices").median(numeric_only=True)
     assert med["aggregate_tps"].is_monotonic_increasing
     assert (
         med.loc[32, "mean_batch"] > 1
@@ -398,18 +395,17 @@ def test_smoke_run_simulates_many_devices_on_one_edge(smoke_run):
         "vanilla_sd",
         "wisv_sh",
     }
-    assert len(summary) == 5 * 2 * 6
-    for column in ("aggregate_tps", "latency_p95_s", "edge_utilisation", "uplink_utilisation"):
+    assert set(summary["channel"]) == {"good", "mixed"}
+    assert len(summary) == 5 * 2 * 4 * 6
+    for column in ("aggregate_tps", "token_latency_p95_s", "edge_utilisation"):
         point, low, high = (summary[c] for c in (column, f"{column}_lo", f"{column}_hi"))
         assert ((low <= point + 1e-12) & (point <= high + 1e-12)).all(), column
-    assert (summary.loc[summary["method"] == "wisv_sh", "seeds"] == 1).all()
-    saturation = pd.read_csv(smoke_run / "results/report/multidevice_saturation.csv")
-    assert len(saturation) == 10 and set(saturation["bottleneck"]) <= {
-        "edge",
-        "band",
-        "edge and band",
-        "none",
-    }
+    assert (summary.loc[summary["method"] == "wisv_sh", "fading_seeds"] == 1).all()
+    capacity = pd.read_csv(smoke_run / "results/report/multidevice_capacity.csv")
+    assert len(capacity) == 5 * 2 * 4
+    assert (capacity["knee_n_lo"] <= capacity["knee_n_hi"]).all()
+    ranking = pd.read_csv(smoke_run / "results/report/multidevice_ranking.csv")
+    assert len(ranking) == 5 * 2 * 4 and set(ranking["rank"]) == {1, 2, 3, 4, 5}
     headline = pd.read_csv(smoke_run / "results/report/multidevice_headline.csv")
     assert list(headline.columns) == [
         "metric",
@@ -422,8 +418,9 @@ def test_smoke_run_simulates_many_devices_on_one_edge(smoke_run):
     ]
     assert (headline["ours_lo"] <= headline["ours_hi"]).all() and len(headline) == 5 * 5
     markdown = (smoke_run / "results/report/multidevice_summary.md").read_text()
-    assert "What is shared" in markdown and "Where each method saturates" in markdown
-    for name in ("multidevice_scaling", "multidevice_utilisation"):
+    assert "## Knee and ranking" in markdown and "## Warnings" in markdown
+    assert "Equal work on the edge" in markdown and "Which protocol overtakes which" in markdown
+    for name in ("multidevice_scaling", "multidevice_utilisation", "multidevice_policies"):
         assert (smoke_run / f"results/report/{name}.png").stat().st_size > 1000
 
 
@@ -489,8 +486,8 @@ RERUNS = {
             "score_cuhlm": 1,
             "report_cuhlm": 1,
             # the CU-HLM methods of the many-device simulation read k* (hlm, uhlm_risk_prone,
-            # cuhlm_online)
-            "simulate_multidevice": 3,
+            # cuhlm_online), on the good channel and the mixed population
+            "simulate_multidevice": 6,
             "report_multidevice": 1,
             "all": 1,
         },
@@ -503,11 +500,13 @@ RERUNS = {
             # not mine_labels or relabel_csi
             "decode_wisv": 2,
             "decode_wisv_csi": 2,
+            "join_wisv_decode": 4,  # each decode's shards joined (one shard in the smoke run)
             "score_wisv": 1,  # one job scores every decode
             "evaluate_wisv": 4 * 2,  # the four head variants on both channels
             "report_wisv": 1,
-            # wisv_sh in the many-device simulation is charged its head's measured time
-            "simulate_multidevice": 1,
+            # wisv_sh in the many-device simulation is charged its head's measured time (good
+            # channel, mixed population)
+            "simulate_multidevice": 2,
             "report_multidevice": 1,
             "all": 1,
         },
@@ -524,7 +523,7 @@ RERUNS = {
             "profile_head": 1,
             "evaluate_wisv": 4 * 2,  # the four head variants on both channels
             "report_wisv": 1,
-            "simulate_multidevice": 1,  # wisv_sh
+            "simulate_multidevice": 2,  # wisv_sh, good and mixed
             "report_multidevice": 1,
             "all": 1,
         },
@@ -589,3 +588,37 @@ def test_new_working_directory_reuses_a_filled_model_cache(smoke_run, tmp_path):
     record = read_json(workdir / "results/models/provenance.json")
     assert record["model_dir"] == str(cache / "tiny_random") and record["dtype"] == "float32"
     assert not list(workdir.glob("resources/models/*"))  # nothing fetched here
+
+
+def _checkout_copy(dest: Path) -> Path:
+    """A second checkout at ``dest``: the files git tracks here (and new ones it would track),
+    fresh, as a clone writes them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        if (REPO_ROOT / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO_ROOT / rel, dest / rel)
+    return dest
+
+
+@pytest.mark.slow
+def test_a_checkout_elsewhere_with_the_results_plans_nothing(tmp_path):
+    """Inputs and params name no absolute path of the checkout: a second checkout at another
+    path and depth, given the first one's results, model cache and .snakemake metadata, has
+    nothing to do (a moved checkout reruns nothing)."""
+    first = _checkout_copy(tmp_path / "one" / "edgespec")
+    second = _checkout_copy(tmp_path / "two" / "deeper" / "edgespec")
+    run = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml"]
+    subprocess.run(run, cwd=first, check=True, capture_output=True)
+    for moved in ("results", "resources", ".snakemake", "logs", "benchmarks"):
+        shutil.copytree(first / moved, second / moved, symlinks=True)  # times kept
+    recorded = "".join(p.read_text() for p in (second / ".snakemake/metadata").iterdir())
+    assert str(first) not in recorded
+    proc = subprocess.run([*run, "-n"], cwd=second, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]

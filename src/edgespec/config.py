@@ -93,6 +93,27 @@ def check_inputs_exist(config: dict, base: Path = Path(".")) -> None:
                 raise ConfigError(f"config key 'models.custom.{role}': preset custom needs it")
 
 
+def check_local_copies(config: dict, base: Path = Path(".")) -> None:
+    """Every local dataset file (``data.datasets.<name>.path``) reads as its source: a record
+    that lacks a required field, a line cut short, fail here, naming the file, the line (or
+    record) and the field, before any model job runs, instead of in rule prepare_data after
+    the model stages have started. Reads each file once (seconds for the papers' sizes)."""
+    from edgespec.data.hub import HUB_DATASETS, load_hub
+    from edgespec.data.records import DatasetError, read_jsonl
+
+    for name, spec in config["data"]["datasets"].items():
+        path = spec.get("path")
+        if not path:
+            continue
+        try:
+            if spec["source"] == "jsonl":
+                read_jsonl(base / path, dataset=name)
+            elif spec["source"] in HUB_DATASETS:
+                load_hub(spec["source"], path=base / path)
+        except DatasetError as err:
+            raise ConfigError(f"config key 'data.datasets.{name}.path': {err}") from err
+
+
 def check_model_settings(config: dict) -> None:
     """Model settings that only make sense together (before any model is fetched)."""
     models = config["models"]
@@ -243,15 +264,14 @@ def check_wisv_settings(config: dict) -> None:
 
 
 def multidevice_batch_plan(config: dict) -> dict[str, list[int]]:
-    """What the multi-device stage's edge needs timed: ``tokens`` per row (1 for CU-HLM
-    methods, multidevice.wisv_gamma + 1 for WISV ones) and the batch ``sizes`` (1, and each
-    device count capped by the largest batch)."""
+    """What the multi-device stage's edge needs timed: ``tokens`` per row (1, a CU-HLM
+    verification, and multidevice.wisv_gamma + 1, a WISV one: two counts, which a CU-HLM
+    catch-up over s + 1 tokens is read between or extrapolated along) and the batch ``sizes``
+    (1, and each device count capped by the largest batch of every simulated edge policy)."""
     md = config["multidevice"]
-    tokens = set()
-    for method in md["methods"]:
-        tokens.add(1 if method in CUHLM_VARIANTS else int(md["wisv_gamma"]) + 1)
-    cap = md["batching"]["max_batch"]
-    sizes = {1} | {n if cap is None else min(n, cap) for n in md["device_counts"]}
+    tokens = {1, int(md["wisv_gamma"]) + 1}
+    caps = [md["batching"]["max_batch"], *md["policy_sweep"]["max_batch"]]
+    sizes = {1} | {n if cap is None else min(n, cap) for n in md["device_counts"] for cap in caps}
     return {"tokens": sorted(tokens), "sizes": sorted(sizes)}
 
 
@@ -267,11 +287,25 @@ def check_multidevice_settings(config: dict) -> None:
             f"config key 'multidevice.methods': {missing} are not decoded; add them to "
             "cuhlm.variants or wisv.variants"
         )
-    unknown = [c for c in md["channels"] if c not in config["wisv"]["channels"]]
+    channels = config["wisv"]["channels"]
+    populations = md["populations"]
+    for name, members in populations.items():
+        if name in channels:
+            raise ConfigError(
+                f"config key 'multidevice.populations.{name}': the name is a wisv channel's; "
+                "name the population differently"
+            )
+        unknown = [c for c in members if c not in channels]
+        if unknown:
+            raise ConfigError(
+                f"config key 'multidevice.populations.{name}': {unknown} are not among "
+                f"wisv.channels ({sorted(channels)})"
+            )
+    unknown = [c for c in md["channels"] if c not in channels and c not in populations]
     if unknown:
         raise ConfigError(
-            f"config key 'multidevice.channels': {unknown} are not among wisv.channels "
-            f"({sorted(config['wisv']['channels'])})"
+            f"config key 'multidevice.channels': {unknown} are neither wisv.channels "
+            f"({sorted(channels)}) nor multidevice.populations ({sorted(populations)})"
         )
     if any(m in WISV_VARIANTS for m in md["methods"]) and (
         md["wisv_gamma"] not in config["wisv"]["gammas"]

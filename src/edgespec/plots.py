@@ -334,32 +334,36 @@ def accuracy_vs_tau(tables: dict, chosen: dict, path, subtitle=None) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _against_devices(summary: pd.DataFrame, rows: list[tuple[str, str, bool]], path, subtitle):
-    """One column per (channel, uplink scheme), one row per (metric, y label, log y): the
-    median over fading seeds per method against N, with its interval as a band."""
-    panels = list(dict.fromkeys(zip(summary["channel"], summary["uplink"], strict=True)))
-    methods = list(dict.fromkeys(summary["method"]))
+def _against_devices(
+    summary: pd.DataFrame,
+    rows: list[tuple[str, str, bool]],
+    path,
+    subtitle,
+    panels_by: tuple[str, ...] = ("channel", "uplink"),
+    curves_by: str = "method",
+):
+    """One column per value of ``panels_by`` (channel and uplink scheme), one row per (metric,
+    y label, log y), one curve per value of ``curves_by`` (method): the median over replicates
+    against N, with its interval as a band."""
+    panels = list(dict.fromkeys(summary[list(panels_by)].itertuples(index=False, name=None)))
+    curves = list(dict.fromkeys(summary[curves_by]))
     fig, axes = plt.subplots(
         len(rows), len(panels), figsize=(4.6 * len(panels), 3.3 * len(rows)), squeeze=False
     )
-    for c, (channel, uplink) in enumerate(panels):
-        part = summary[(summary["channel"] == channel) & (summary["uplink"] == uplink)]
+    for c, panel in enumerate(panels):
+        part = summary
+        for column, value in zip(panels_by, panel, strict=True):
+            part = part[part[column] == value]
         for r, (metric, label, log_y) in enumerate(rows):
             ax = axes[r][c]
-            for i, method in enumerate(methods):
-                m = part[part["method"] == method].sort_values("devices")
+            for i, curve in enumerate(curves):
+                m = part[part[curves_by] == curve].sort_values("devices")
                 if not len(m):
                     continue
                 step = m["step"].iloc[0] if "step" in m else ""
                 style = "o-" if step == "token" else "s--"
-                ax.plot(
-                    m["devices"],
-                    m[metric],
-                    style,
-                    ms=3,
-                    color=f"C{i % 10}",
-                    label=f"{method} (per {step})" if step else method,
-                )
+                name = f"{curve} (per {step})" if step and curves_by == "method" else str(curve)
+                ax.plot(m["devices"], m[metric], style, ms=3, color=f"C{i % 10}", label=name)
                 ax.fill_between(
                     m["devices"],
                     m[f"{metric}_lo"],
@@ -376,7 +380,7 @@ def _against_devices(summary: pd.DataFrame, rows: list[tuple[str, str, bool]], p
                 ax.set_yscale("log")
             ax.set_xlabel("devices sharing the edge (N)")
             ax.set_ylabel(label)
-            ax.set_title(f"{channel}, {uplink}", fontsize=9)
+            ax.set_title(", ".join(map(str, panel)), fontsize=9)
             ax.grid(alpha=0.3, which="both")
     axes[0][-1].legend(fontsize=7, loc="best")
     if subtitle:
@@ -385,13 +389,14 @@ def _against_devices(summary: pd.DataFrame, rows: list[tuple[str, str, bool]], p
 
 
 def multidevice_scaling(summary: pd.DataFrame, path, subtitle=None) -> None:
-    """Aggregate throughput and p95 latency per token (CU-HLM) or round (WISV) against the
-    number of devices, one curve per method, one column per channel and uplink scheme."""
+    """Aggregate throughput and p95 latency per generated token against the number of
+    devices under the base edge policy, one curve per method (CU-HLM solid, WISV dashed), one
+    column per channel and uplink scheme, bands the intervals over replicates."""
     _against_devices(
-        summary,
+        summary[summary["policy"] == "base"],
         [
             ("aggregate_tps", "aggregate throughput (tokens/s)", True),
-            ("latency_p95_s", "p95 latency per token / round (s)", True),
+            ("token_latency_p95_s", "p95 latency per generated token (s)", True),
         ],
         path,
         subtitle,
@@ -400,9 +405,9 @@ def multidevice_scaling(summary: pd.DataFrame, path, subtitle=None) -> None:
 
 def multidevice_utilisation(summary: pd.DataFrame, path, subtitle=None) -> None:
     """Edge and uplink utilisation and the edge's mean batch size against the number of
-    devices (where each method saturates which resource)."""
+    devices under the base edge policy (a batching edge is busy long before it is full)."""
     _against_devices(
-        summary,
+        summary[summary["policy"] == "base"],
         [
             ("edge_utilisation", "edge busy (fraction of time)", False),
             ("uplink_utilisation", "band carrying data (fraction of time)", False),
@@ -410,6 +415,26 @@ def multidevice_utilisation(summary: pd.DataFrame, path, subtitle=None) -> None:
         ],
         path,
         subtitle,
+    )
+
+
+def multidevice_policies(summary: pd.DataFrame, path, channel: str, subtitle=None) -> None:
+    """The edge policy sweep (``max_batch``, batching window) on ``channel`` under the uplink
+    scheme it was run at: aggregate throughput and p95 latency per generated token against N,
+    one column per method, one curve per policy."""
+    swept = summary[(summary["channel"] == channel) & (summary["policy"] != "base")]
+    uplinks = set(swept["uplink"]) or set(summary["uplink"])
+    part = summary[(summary["channel"] == channel) & summary["uplink"].isin(uplinks)]
+    _against_devices(
+        part,
+        [
+            ("aggregate_tps", "aggregate throughput (tokens/s)", True),
+            ("token_latency_p95_s", "p95 latency per generated token (s)", True),
+        ],
+        path,
+        subtitle,
+        panels_by=("method", "uplink"),
+        curves_by="policy",
     )
 
 

@@ -152,53 +152,77 @@ def measure_head_round_s(head: torch.nn.Module, gamma: int, csi, repeats: int) -
 # ---------------------------------------------------------------------------------------------
 
 
-@torch.inference_mode()
-def measure_target_batch_times(
-    target: torch.nn.Module,
-    prompt: Sequence[int],
-    tokens_per_row: Sequence[int],
-    batch_sizes: Sequence[int],
-    repeats: int,
-) -> dict[str, dict[str, float]]:
-    """Median time [s] of one KV-cached target forward over ``tokens`` new tokens in each of
-    ``batch`` rows, for every ``tokens`` in ``tokens_per_row`` and ``batch`` in
-    ``batch_sizes``: ``{str(tokens): {str(batch): seconds}}`` (one warm-up, ``repeats`` timed).
+class BatchedForwardTimer:
+    """One KV-cached target forward over ``tokens`` new tokens in each of ``batch`` rows after
+    ``context`` tokens, timed (a callable for ``edgespec.multidevice.batchprofile.collect``).
 
-    Every row continues ``prompt`` (prefilled once at batch 1; the cache is then repeated per
-    batch size, so no batch is prefilled), and each timed forward is cropped off again, so every
-    repeat sees the same context. Tokens 1 is CU-HLM's verification forward (``target_token_s``
-    at batch 1), gamma + 1 a WISV round's (``target_verify_s[gamma]``).
-    """
-    import copy
+    Each context is ``prompt`` continued by its own tokens repeated up to that length, prefilled
+    once at batch 1; its cache is then repeated to every batch size, so no batch is prefilled,
+    and each timed forward is cropped off again, so every call sees the same context. Tokens 1
+    is CU-HLM's verification forward, s + 1 one after s skipped tokens, gamma + 1 a WISV
+    round's. :meth:`warm_up` runs every shape once (first calls allocate and pick kernels); given
+    ``warm_tokens``, the constructor runs it for those token counts."""
 
-    tokens_per_row = sorted({int(t) for t in tokens_per_row})
-    batch_sizes = sorted({int(b) for b in batch_sizes})
-    if not tokens_per_row or min(tokens_per_row) < 1:
-        raise ValueError(f"tokens per row must be >= 1, got {tokens_per_row}")
-    if not batch_sizes or min(batch_sizes) < 1:
-        raise ValueError(f"batch sizes must be >= 1, got {batch_sizes}")
-    if len(prompt) < 1:
-        raise ValueError("need a non-empty prompt to time batched forwards")
-    device = next(target.parameters()).device
-    prefilled = DynamicCache()
-    target(
-        input_ids=torch.tensor([list(prompt)], device=device),
-        cache=prefilled,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    out: dict[str, dict[str, float]] = {str(t): {} for t in tokens_per_row}
-    for batch in batch_sizes:
-        cache = copy.deepcopy(prefilled)
-        if batch > 1:
-            cache.batch_repeat_interleave(batch)
-        for tokens in tokens_per_row:
-            row = [prompt[-1 - (i % len(prompt))] for i in range(tokens)]
-            step = torch.tensor([row] * batch, device=device)
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        prompt: Sequence[int],
+        contexts: Sequence[int],
+        batch_sizes: Sequence[int],
+        warm_tokens: Sequence[int] = (),
+    ):
+        import copy
 
-            def run(step=step, cache=cache, tokens=tokens):
-                target(input_ids=step, cache=cache, use_cache=True, logits_to_keep=tokens)
-                cache.crop(-tokens)  # a negative count removes that many trailing positions
+        if len(prompt) < 1:
+            raise ValueError("need a non-empty prompt to time batched forwards")
+        if not contexts or min(contexts) < len(prompt):
+            raise ValueError(f"contexts {list(contexts)} must be >= the prompt ({len(prompt)})")
+        if not batch_sizes or min(batch_sizes) < 1:
+            raise ValueError(f"batch sizes must be >= 1, got {list(batch_sizes)}")
+        self.target = target
+        self.device = next(target.parameters()).device
+        self.prompt = [int(t) for t in prompt]
+        self.caches = {}
+        with torch.inference_mode():
+            for context in sorted(set(contexts)):
+                ids = [self.prompt[i % len(self.prompt)] for i in range(context)]
+                prefilled = DynamicCache()
+                target(
+                    input_ids=torch.tensor([ids], device=self.device),
+                    cache=prefilled,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                for batch in sorted(set(batch_sizes)):
+                    cache = copy.deepcopy(prefilled)
+                    if batch > 1:
+                        cache.batch_repeat_interleave(batch)
+                    self.caches[(context, batch)] = cache
+        if warm_tokens:
+            self.warm_up(warm_tokens)
 
-            out[str(tokens)][str(batch)] = median_time(run, repeats)
-    return out
+    @torch.inference_mode()
+    def _forward(self, context: int, tokens: int, batch: int) -> None:
+        if tokens < 1:
+            raise ValueError(f"tokens per row must be >= 1, got {tokens}")
+        cache = self.caches[(context, batch)]
+        row = [self.prompt[-1 - (i % len(self.prompt))] for i in range(tokens)]
+        step = torch.tensor([row] * batch, device=self.device)
+        self.target(input_ids=step, cache=cache, use_cache=True, logits_to_keep=tokens)
+        cache.crop(-tokens)  # a negative count removes that many trailing positions
+
+    def warm_up(self, tokens_per_row: Sequence[int]) -> None:
+        """One forward of every (batch, tokens) shape, at the shortest context (the longer
+        ones differ only in the cache they attend to)."""
+        shortest = min(context for context, _ in self.caches)
+        for context, batch in self.caches:
+            if context == shortest:
+                for tokens in tokens_per_row:
+                    self._forward(context, int(tokens), batch)
+
+    def __call__(self, context: int, tokens: int, batch: int) -> float:
+        _sync()
+        start = time.perf_counter()
+        self._forward(context, tokens, batch)
+        _sync()
+        return time.perf_counter() - start

@@ -1,4 +1,5 @@
 # Configuration validation and path helpers shared by every rule module.
+import os
 import re
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from edgespec.config import (
     channel_conditions,
     check_cross_references,
     check_inputs_exist,
+    check_local_copies,
     check_model_settings,
     check_multidevice_settings,
     check_testbed_settings,
@@ -29,6 +31,7 @@ from edgespec.variants import CUHLM_POLICY_READS, WISV_CSI_VARIANTS
 
 config.update(validate_config(config))
 check_inputs_exist(config)
+check_local_copies(config)
 check_model_settings(config)
 check_wisv_settings(config)
 check_cross_references(config)
@@ -76,9 +79,14 @@ PRIORITY_CHAIN = 10
 
 def timing_threads(wildcards):
     """Threads of a rule whose results are timings (the dtype probe, the latency and batching
-    profiles, the head's time per round): every local core, so that no other job runs beside
-    it and slows what it measures; the job times the models on all of them. In a cluster run
-    (no local core count) the profile's set-threads decides, as for every model rule."""
+    profiles, the head's time per round): in a local run every local core, so that no other
+    job runs beside it and slows what it measures; the job times the models on all of them.
+    In a cluster run models.threads (or the profile's set-threads), as for every model rule,
+    and the same inside the cluster job, whose Snakemake sees every core of the node, not the
+    ones the job was given (asking for more is an error there: "More processors requested
+    than permitted")."""
+    if not workflow.local_exec or workflow.remote_exec:
+        return MODEL_THREADS
     try:
         return max(workflow.cores, MODEL_THREADS)
     except WorkflowError:
@@ -141,6 +149,9 @@ wildcard_constraints:
     wchannel="[a-z][a-z0-9]*",
     gamma="[0-9]+",
     fseed="[0-9]+",
+    # a whole WISV decode (join_wisv_decode): a channel-blind variant's, or the CSI head's
+    wdecode="(vanilla_sd|topk_accept|head_no_csi|head_relabel_no_csi)/g[0-9]+/any"
+    "|wisv/g[0-9]+/[a-z][a-z0-9]*/s[0-9]+",
 
 
 def pick(section, *keys):
@@ -190,14 +201,36 @@ def fetch_settings():
     }
 
 
+# The embedded data folder, relative to the working directory: Snakemake records inputs as
+# written, so an absolute path would tie every result to where the checkout lies, and a moved
+# (or second) checkout would rerun fetch_models, prepare_data and all that follows them.
+EMBEDDED_DATA_DIR = Path(os.path.relpath(DEFAULT_DATA_DIR))
+
+
 def tiny_corpus_files():
     """The tiny_random tokenizer is trained on the embedded instructions."""
     if MODELS["preset"] == "tiny_random":
-        return [str(Path(DEFAULT_DATA_DIR) / INSTRUCTIONS_FILE)]
+        return [str(EMBEDDED_DATA_DIR / INSTRUCTIONS_FILE)]
     return []
 
 
 FETCH_MEM_MB = fetch_memory_mb(MODELS["preset"], MODELS["custom"] or None)
+# What a job that loads the pair (select_dtype and the model stages after it) asks a cluster
+# for: memory sized from the pair, what fetching it needs (its larger model 1.5 times over in
+# the stored precision, plus 2 GB for Python and torch) and 4 GB for the draft, the KV caches
+# and the hidden states a job keeps (15.2 GB for the default pair, whose largest job peaked at
+# 13.1 GB; 6 GB for tiny_random); a GPU only where the models run on one (models.device cuda).
+# A job that loads no model (the evaluations, latency.mode given) asks for neither.
+MODEL_MEM_MB = FETCH_MEM_MB + 4000
+MODEL_GPU = {"gpu": 1} if MODELS["device"] == "cuda" else {}
+
+
+# Grouped rules (the evaluations) take one group_slots each. A cluster profile sets how many
+# members of one group job run side by side (`resources: group_slots=1`), and since the scope
+# is local, a group job asks for the cores and memory of that many members, not the sum over
+# all of them (runtime still adds up); it does not limit how many group jobs run at once.
+resource_scopes:
+    group_slots="local",
 
 
 def final_outputs():
@@ -246,7 +279,7 @@ def dataset_files(wildcards):
     """The files a dataset's prompts come from (data/instructions.jsonl, a jsonl file, a local
     copy of a hub dataset), so that editing them prepares the dataset again."""
     spec = config["data"]["datasets"][wildcards.dataset]
-    return files_read(spec["source"], spec.get("path"))
+    return files_read(spec["source"], spec.get("path"), EMBEDDED_DATA_DIR)
 
 
 def fit_calibration_settings():
@@ -430,6 +463,10 @@ def wisv_evaluate_fading(wildcards):
 MULTIDEVICE = config["multidevice"]
 MD_METHODS = list(MULTIDEVICE["methods"]) if MULTIDEVICE["enabled"] else []
 MD_CHANNELS = list(MULTIDEVICE["channels"])
+# Each simulated channel's devices, cycled: a population's wisv channels, or the one channel.
+MD_POPULATIONS = {
+    name: list(MULTIDEVICE["populations"].get(name, [name])) for name in MD_CHANNELS
+}
 MD_GAMMA = MULTIDEVICE["wisv_gamma"]
 # What profile_batching reads: the mode, and either what to time or the given table.
 MD_BATCHING = {"mode": config["latency"]["mode"], **multidevice_batch_plan(config)}
@@ -437,6 +474,7 @@ if MD_BATCHING["mode"] == "given":
     MD_BATCHING["given"] = MULTIDEVICE["target_batch_s"]
 else:
     MD_BATCHING["repeats"] = MULTIDEVICE["batch_repeats"]
+    MD_BATCHING["contexts"] = MULTIDEVICE["batch_contexts"]
 # What simulate_multidevice reads of the multidevice section (not the report's keys).
 MD_SWEEP = {
     key: MULTIDEVICE[key]
@@ -446,20 +484,44 @@ MD_SWEEP = {
         "tdma_slot_s",
         "batching",
         "prompts_per_device",
+        "policy_sweep",
     )
 }
 
 
+def multidevice_table_keys(wildcards):
+    """(channel, fading seed) of each decoded table a method is simulated from: one table
+    (CU-HLM tokens, a channel-free WISV decode), or for the CSI-reading variants one per
+    channel of the population and decoded seed."""
+    method = wildcards.mdmethod
+    if method not in CSI_VARIANTS:
+        return [[MD_POPULATIONS[wildcards.mdchannel][0], 0]]
+    channels = dict.fromkeys(MD_POPULATIONS[wildcards.mdchannel])
+    return [[c, int(s)] for c in channels for s in CSI_DECODE_SEEDS]
+
+
 def multidevice_tables(wildcards):
-    """The decoded table(s) a method is simulated from: CU-HLM tokens, or WISV rounds at
-    multidevice.wisv_gamma (per fading seed for the CSI-reading variants)."""
+    """The decoded tables of multidevice_table_keys: CU-HLM tokens, or WISV rounds at
+    multidevice.wisv_gamma."""
     method = wildcards.mdmethod
     if method in CUHLM_VARIANTS:
         return [f"results/cuhlm/decode/{method}/tokens.parquet"]
+    if method not in CSI_VARIANTS:
+        return [
+            f"results/wisv/decode/{wisv_decodes(method, MD_GAMMA, 'any')[0]}.parquet"
+        ]
+    channels = dict.fromkeys(MD_POPULATIONS[wildcards.mdchannel])
+    # In the order of multidevice_table_keys: per channel, per decoded seed.
     return [
         f"results/wisv/decode/{stem}.parquet"
-        for stem in wisv_decodes(method, MD_GAMMA, wildcards.mdchannel)
+        for c in channels
+        for stem in wisv_decodes(method, MD_GAMMA, c)
     ]
+
+
+def multidevice_channels(wildcards):
+    """The wisv channel conditions of a simulated channel's population."""
+    return {c: WISV_CHANNELS[c] for c in MD_POPULATIONS[wildcards.mdchannel]}
 
 
 def multidevice_extras(wildcards):
@@ -476,16 +538,13 @@ def multidevice_extras(wildcards):
 
 
 def multidevice_pricing(wildcards):
-    """Only the keys a method's pricing reads (its family's)."""
+    """Only the keys a method's pricing reads (its family's), and the prefill policy."""
     method = wildcards.mdmethod
+    prefill = MULTIDEVICE["prefill"]
     if method in CUHLM_VARIANTS:
-        return {"prob_bits": config["cuhlm"]["prob_bits"]}
-    return {"gamma": MD_GAMMA, "hidden_bits": config["wisv"]["hidden_bits"]}
-
-
-def multidevice_seeds(wildcards):
-    """The fading seeds a method is simulated under: every seed for a channel-blind one, the
-    decoded seeds for a CSI-reading one."""
-    if wildcards.mdmethod in CSI_VARIANTS:
-        return list(CSI_DECODE_SEEDS)
-    return list(range(config["evaluation"]["fading_seeds"]))
+        return {"prob_bits": config["cuhlm"]["prob_bits"], "prefill": prefill}
+    return {
+        "gamma": MD_GAMMA,
+        "hidden_bits": config["wisv"]["hidden_bits"],
+        "prefill": prefill,
+    }

@@ -83,7 +83,8 @@ rule optimize_k:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=grows_with_attempt(16000),
+        **MODEL_GPU,
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(30),
     params:
         cuhlm=pick(
@@ -110,15 +111,16 @@ rule joint_kstar:
         joint="results/cuhlm/calibration/joint_kstar.csv",
     log:
         "logs/joint_kstar.log",
-    # Seconds: on a cluster, batched with the evaluation jobs (see evaluate_cuhlm).
+    # Seconds: on a cluster, batched with CU-HLM's evaluation jobs (see evaluate_cuhlm).
     group:
-        "evaluate"
+        "evaluate_cuhlm"
     conda:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=grows_with_attempt(4000),
         runtime=grows_with_attempt(10),
+        group_slots=1,
     params:
         cuhlm=pick(
             config["cuhlm"], "kstar_channel", "prob_bits", "theta_tv", "risk_budget"
@@ -149,7 +151,8 @@ rule decode_cuhlm:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=grows_with_attempt(16000),
+        **MODEL_GPU,
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
@@ -219,15 +222,17 @@ rule evaluate_cuhlm:
         metrics="results/cuhlm/metrics/{variant}.parquet",
     log:
         "logs/evaluate_cuhlm/{variant}.log",
-    # Seconds each: on a cluster, the profile's group-components batches them into few jobs.
+    # Seconds each: on a cluster, the profile's group-components batches them into few jobs,
+    # a group of CU-HLM's own: a WISV decode neither delays nor blocks the CU-HLM report.
     group:
-        "evaluate"
+        "evaluate_cuhlm"
     conda:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=grows_with_attempt(2000),
         runtime=grows_with_attempt(20),
+        group_slots=1,
     params:
         channels=CHANNELS,
         evaluation=pick(config["evaluation"], "fading_seeds"),

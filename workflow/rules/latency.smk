@@ -1,3 +1,12 @@
+# With latency.mode given the profiles write the configured times and load no model: they run
+# where Snakemake runs, instead of waiting in a cluster's queue for seconds of work.
+if not LATENCY_MEASURED:
+
+    localrules:
+        profile_latency,
+        profile_head,
+
+
 rule profile_latency:
     """Time the pair on this machine (or take the configured profile) for the delay model."""
     input:
@@ -16,7 +25,8 @@ rule profile_latency:
         "../envs/edgespec.yaml"
     threads: timing_threads
     resources:
-        mem_mb=grows_with_attempt(16000),
+        **(MODEL_GPU if LATENCY_MEASURED else {}),
+        mem_mb=grows_with_attempt(MODEL_MEM_MB if LATENCY_MEASURED else 1000),
         runtime=grows_with_attempt(30),
     params:
         model_dir=model_dir_of,

@@ -47,9 +47,12 @@ rule select_dtype:
         "../envs/edgespec.yaml"
     threads: timing_threads
     resources:
+        # on the node type that decodes (a GPU with models.device cuda): the choice is about
+        # its hardware
+        **MODEL_GPU,
         # writing the default pair's bf16 copy peaked at 10.5 GB resident (a load and a save);
         # its transposed float32 weights 2.7 GB
-        mem_mb=grows_with_attempt(16000),
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(10),
     params:
         model_dir=model_dir_of,
@@ -76,7 +79,7 @@ rule check_quantization:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=grows_with_attempt(16000),
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(30),
     params:
         model_dir=model_dir_of,
@@ -105,7 +108,8 @@ rule prefill_prompts:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=grows_with_attempt(16000),
+        **MODEL_GPU,
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(60),
     params:
         model_dir=model_dir_of,

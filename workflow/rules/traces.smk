@@ -17,7 +17,8 @@ rule collect_traces:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=grows_with_attempt(16000),
+        **MODEL_GPU,
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,

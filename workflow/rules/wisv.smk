@@ -18,7 +18,8 @@ rule mine_labels:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=grows_with_attempt(16000),
+        **MODEL_GPU,
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
@@ -146,25 +147,28 @@ rule train_head:
 
 
 rule decode_wisv:
-    """Greedy gamma-token rounds of a channel-blind variant, once, without a channel."""
+    """Greedy gamma-token rounds of a channel-blind variant, once, without a channel, on one
+    shard's evaluation prompts (a dataset, or small datasets that fill a batch together).
+    """
     input:
-        prompts=eval_prompt_files(),
+        prompts=shard_prompts(EVAL_SHARDS),
         provenance=model_provenance(),
         precision=PRECISION,
-        prefill=expand("results/prefill/{shard}.safetensors", shard=EVAL_SHARDS),
+        prefill=["results/prefill/{shard}.safetensors"],
         heads=wisv_head_inputs,
     output:
-        rounds="results/wisv/decode/{wvariant}/g{gamma}/any.parquet",
-        completions="results/wisv/decode/{wvariant}/g{gamma}/any.jsonl",
+        rounds="results/wisv/decode/{wvariant}/g{gamma}/any/{shard}.parquet",
+        completions="results/wisv/decode/{wvariant}/g{gamma}/any/{shard}.jsonl",
     log:
-        "logs/decode_wisv/{wvariant}/g{gamma}/any.log",
+        "logs/decode_wisv/{wvariant}/g{gamma}/any/{shard}.log",
     benchmark:
-        "benchmarks/decode_wisv/{wvariant}/g{gamma}/any.tsv"
+        "benchmarks/decode_wisv/{wvariant}/g{gamma}/any/{shard}.tsv"
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=grows_with_attempt(16000),
+        **MODEL_GPU,
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
@@ -178,25 +182,27 @@ rule decode_wisv:
 
 
 rule decode_wisv_csi:
-    """Greedy gamma-token rounds of the CSI-reading head under one channel and fading seed."""
+    """Greedy gamma-token rounds of the CSI-reading head under one channel and fading seed, on
+    one shard's evaluation prompts."""
     input:
-        prompts=eval_prompt_files(),
+        prompts=shard_prompts(EVAL_SHARDS),
         provenance=model_provenance(),
         precision=PRECISION,
-        prefill=expand("results/prefill/{shard}.safetensors", shard=EVAL_SHARDS),
+        prefill=["results/prefill/{shard}.safetensors"],
         heads=["results/wisv/head/wisv_head.pt", "results/wisv/head/metrics.json"],
     output:
-        rounds="results/wisv/decode/wisv/g{gamma}/{wchannel}/s{fseed}.parquet",
-        completions="results/wisv/decode/wisv/g{gamma}/{wchannel}/s{fseed}.jsonl",
+        rounds="results/wisv/decode/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.parquet",
+        completions="results/wisv/decode/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.jsonl",
     log:
-        "logs/decode_wisv/wisv/g{gamma}/{wchannel}/s{fseed}.log",
+        "logs/decode_wisv/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.log",
     benchmark:
-        "benchmarks/decode_wisv/wisv/g{gamma}/{wchannel}/s{fseed}.tsv"
+        "benchmarks/decode_wisv/wisv/g{gamma}/{wchannel}/s{fseed}/{shard}.tsv"
     conda:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=grows_with_attempt(16000),
+        **MODEL_GPU,
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(240),
     params:
         model_dir=model_dir_of,
@@ -208,6 +214,36 @@ rule decode_wisv_csi:
         seed=config["seed"],
     script:
         "../scripts/decode_wisv.py"
+
+
+localrules:
+    join_wisv_decode,
+
+
+rule join_wisv_decode:
+    """One WISV decode's shards ({wdecode}: a channel-blind variant's g{gamma}/any, or the
+    CSI-reading head's g{gamma}/{channel}/s{seed}) as one table and one completions file, in
+    dataset order."""
+    input:
+        rounds=expand(
+            "results/wisv/decode/{{wdecode}}/{shard}.parquet", shard=EVAL_SHARDS
+        ),
+        completions=expand(
+            "results/wisv/decode/{{wdecode}}/{shard}.jsonl", shard=EVAL_SHARDS
+        ),
+    output:
+        rounds="results/wisv/decode/{wdecode}.parquet",
+        completions="results/wisv/decode/{wdecode}.jsonl",
+    log:
+        "logs/join_wisv_decode/{wdecode}.log",
+    conda:
+        "../envs/edgespec.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(10),
+    script:
+        "../scripts/join_datasets.py"
 
 
 rule score_wisv:
@@ -247,15 +283,17 @@ rule evaluate_wisv:
         metrics="results/wisv/metrics/{wvariant}/{wchannel}/g{gamma}.json",
     log:
         "logs/evaluate_wisv/{wvariant}/{wchannel}/g{gamma}.log",
-    # Seconds each: on a cluster, the profile's group-components batches them into few jobs.
+    # Seconds each: on a cluster, the profile's group-components batches them into few jobs,
+    # a group of WISV's own (see evaluate_cuhlm).
     group:
-        "evaluate"
+        "evaluate_wisv"
     conda:
         "../envs/edgespec.yaml"
     threads: 1
     resources:
         mem_mb=grows_with_attempt(4000),
         runtime=grows_with_attempt(5),
+        group_slots=1,
     params:
         wisv=wisv_evaluate_settings,
         channels=wisv_channel_of,

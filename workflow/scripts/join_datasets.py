@@ -1,5 +1,6 @@
-"""Rules join_cuhlm_decode and join_labels (edgespec.shards): join the per-dataset outputs of a
-model stage; each named output is joined from the input of the same name."""
+"""Rules join_cuhlm_decode, join_wisv_decode and join_labels (edgespec.shards): join the
+per-dataset outputs of a model stage; each named output is joined from the input of the same
+name."""
 
 from edgespec.artifacts import setup_logging
 

@@ -1,6 +1,7 @@
-"""Rule profile_batching (edgespec.profiling, edgespec.multidevice.edge): the target's batched
-verification forwards timed on this machine (tokens per row x batch size), or the configured
-table under latency.mode given, for the edge of the multi-device simulation."""
+"""Rule profile_batching (edgespec.profiling, edgespec.multidevice.batchprofile): the target's
+batched verification forwards timed on this machine (context x tokens per row x batch size,
+interleaved repeats, outliers re-timed), or the configured table under latency.mode given, and
+the evaluation prompts' lengths (the prefill each answer costs the edge)."""
 
 from edgespec.artifacts import setup_logging
 
@@ -9,31 +10,40 @@ setup_logging(snakemake.log[0])
 import logging  # noqa: E402
 
 from edgespec.artifacts import write_json  # noqa: E402
-from edgespec.multidevice.edge import BatchTimes  # noqa: E402
+from edgespec.multidevice.batchprofile import BatchProfile  # noqa: E402
+from edgespec.multidevice.report import profile_table  # noqa: E402
+from edgespec.runconfig import chat_prompts, prompt_split  # noqa: E402
 
-batching = snakemake.params.batching
+params = snakemake.params
+batching = params.batching
+records = prompt_split(list(snakemake.input.prompts), "eval")
 if batching["mode"] == "given":
-    times = BatchTimes(batching["given"], "given")
-else:
-    from edgespec.data.records import read_jsonl
-    from edgespec.profiling import measure_target_batch_times
-    from edgespec.runconfig import chat_prompts, load_models
+    from edgespec.models.load import load_tokenizer
 
-    params = snakemake.params
+    tokenizer = load_tokenizer(f"{params.model_dir}/target", role="target")
+    profile = BatchProfile.given(batching["given"])
+else:
+    from edgespec.multidevice.batchprofile import measure
+    from edgespec.profiling import BatchedForwardTimer
+    from edgespec.runconfig import load_models
+    from edgespec.seeding import numpy_rng
+
     _, target, tokenizer = load_models(params, snakemake.input, snakemake.threads)
-    record = read_jsonl(snakemake.input.prompts)[0]
-    prompt = chat_prompts(tokenizer, [record], params.prompting)[0]
-    table = measure_target_batch_times(
-        target, prompt, batching["tokens"], batching["sizes"], batching["repeats"]
-    )
-    times = BatchTimes(table, "measured")
-# Measured seconds, and the factor a batch is charged (non-decreasing in the batch size).
-for tokens, row in times.table.items():
-    logging.info(
-        "tokens %d per row: %s",
-        tokens,
-        ", ".join(
-            f"batch {b} {s * 1e3:.1f} ms (x{times.factor(tokens, b):.2f})" for b, s in row.items()
+    prompt = chat_prompts(tokenizer, records[:1], params.prompting)[0]
+    profile = measure(
+        lambda contexts: BatchedForwardTimer(
+            target, prompt, contexts, batching["sizes"], warm_tokens=batching["tokens"]
         ),
+        len(prompt),
+        batching["contexts"],
+        batching["tokens"],
+        batching["sizes"],
+        batching["repeats"],
+        numpy_rng(params.seed, "profile-batching"),
     )
-write_json(times.to_dict(), snakemake.output.times)
+prompts = chat_prompts(tokenizer, records, params.prompting)
+for warning in profile.warnings:
+    logging.warning("batch profile: %s", warning)
+logging.info("batch profile:\n%s", profile_table(profile).to_string(index=False))
+lengths = {r.id: len(p) for r, p in zip(records, prompts, strict=True)}
+write_json({**profile.to_dict(), "prompt_tokens": lengths}, snakemake.output.times)

@@ -2,7 +2,8 @@
 
 - ``traces``: per-token traces of standard HLM, the raw material of calibration.
 - ``calibration``: the linear fit beta ~ a u + b and the skip thresholds.
-- ``kselect``: the bounds on the resampling distortion, online k(t) and the offline k* (cvxpy).
+- ``bounds``: the bounds on the resampling distortion and the online k(t).
+- ``kselect``: the offline k* (cvxpy) and the per-k table of how the bounds fare.
 - ``policies``: the device's per-token decisions of each variant.
 - ``decode``: decoding one variant into a per-token table.
 - ``evaluate``: pricing a token table under a channel, and the metrics (torch-free).

@@ -12,7 +12,7 @@ Two k axes:
 
 - :meth:`BoundCurves.from_trace`: the trace's k grid (its ``nk_{k}`` columns);
 - :func:`dense_bound_curves`: every integer k in [1, |V|], from the draft distributions
-  themselves (:func:`edgespec.cuhlm.kselect.reconstruction_errors_all_k`, one sort per token),
+  themselves (:func:`edgespec.cuhlm.bounds.reconstruction_errors_all_k`, one sort per token),
   which the trace does not store (|V| floats per token); the workflow recomputes them with
   :func:`edgespec.cuhlm.traces.replay_draft_probs`.
 
@@ -30,8 +30,8 @@ import pandas as pd
 import torch
 
 from edgespec.artifacts import write_npz
+from edgespec.cuhlm.bounds import beta_hat, online_bound_denominator, reconstruction_errors_all_k
 from edgespec.cuhlm.calibration import LinearFit
-from edgespec.cuhlm.kselect import beta_hat, online_bound_denominator, reconstruction_errors_all_k
 
 
 def _denominator(x_d: np.ndarray, u: np.ndarray, fit: LinearFit, eta: float) -> np.ndarray:
@@ -144,7 +144,7 @@ def dense_bound_curves(
     ``draft_prob_chunks`` yields [n_i, V] tensors whose rows, concatenated, are the tokens of
     ``u``, ``x_d`` and ``beta`` in order (e.g. one chunk per prompt from
     :func:`edgespec.cuhlm.traces.replay_draft_probs`); N_k(t) for all k comes from one sort
-    per row (:func:`edgespec.cuhlm.kselect.reconstruction_errors_all_k`). The denominator of
+    per row (:func:`edgespec.cuhlm.bounds.reconstruction_errors_all_k`). The denominator of
     U_TV uses the trace's x_d and u.
     """
     u = np.asarray(u, dtype=np.float64)

@@ -4,7 +4,7 @@ A policy sees only what the device knows (draft logits z, draft distribution x, 
 uncertainty u) and decides per row whether to keep d without verification (skip) and, if not,
 how many distribution entries to upload (k; k = |V| is standard HLM). Upload sizes come from a
 *k rule*: :class:`FullUpload` (k = |V|), :class:`FixedK` (one k, e.g. the offline k*) or
-:class:`OnlineK` (CU-HLM online, k(t) from :func:`edgespec.cuhlm.kselect.online_k`).
+:class:`OnlineK` (CU-HLM online, k(t) from :func:`edgespec.cuhlm.bounds.online_k`).
 
 Random-number use (it matters for coupled comparisons): the engine draws the M uncertainty
 samples from the decoding generator before it calls :meth:`TokenPolicy.decide`, and
@@ -30,8 +30,8 @@ import pandas as pd
 import torch
 
 from edgespec import checks
+from edgespec.cuhlm.bounds import online_k
 from edgespec.cuhlm.calibration import LinearFit
-from edgespec.cuhlm.kselect import online_k
 from edgespec.decoding.compression import reconstruct_topk
 from edgespec.decoding.tokenwise import TokenPolicy, UploadFull
 from edgespec.variants import CUHLM_VARIANTS, SINGLE_MODEL_VARIANTS
@@ -74,7 +74,7 @@ class FixedK:
 @dataclass(frozen=True)
 class OnlineK:
     """CU-HLM online: k(t) = the smallest k whose online bound U_TV(t; k) <= ``theta_tv``
-    (:func:`edgespec.cuhlm.kselect.online_k`; ``k_max`` caps the search, default |V|)."""
+    (:func:`edgespec.cuhlm.bounds.online_k`; ``k_max`` caps the search, default |V|)."""
 
     fit: LinearFit
     theta_tv: float

@@ -1,7 +1,7 @@
 """The device's CU-HLM vocabulary work, timed on the draft's real distribution (methods §5).
 
 Per uploaded token the CU-HLM device sorts x and searches every k for the online k(t)
-selection (:func:`edgespec.cuhlm.kselect.online_k`) and extracts the top-k of x. Both are
+selection (:func:`edgespec.cuhlm.bounds.online_k`) and extracts the top-k of x. Both are
 timed here, batch 1, one warm-up and the median of ``repeats`` timings
 (:func:`edgespec.profiling.median_time`); rule ``profile_latency`` adds them to the measured
 latency profile as ``online_k_s`` and ``topk_s`` [s].
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+from edgespec.cuhlm.bounds import online_k
 from edgespec.cuhlm.calibration import LinearFit
-from edgespec.cuhlm.kselect import online_k
 from edgespec.profiling import median_time, next_token_logits
 
 NOMINAL_FIT = LinearFit(a=0.8, b=-0.06, r2=float("nan"), pearson_r=float("nan"), n=0)
@@ -37,7 +37,7 @@ def measure_vocabulary_operations(
 ) -> dict:
     """Median times [s] of the device's per-token CU-HLM work on one real distribution x
     (``probs`` [1, V], batch 1): ``online_k_s``, one online k(t) selection
-    (:func:`edgespec.cuhlm.kselect.online_k` over every k, timed with :data:`NOMINAL_FIT`), and
+    (:func:`edgespec.cuhlm.bounds.online_k` over every k, timed with :data:`NOMINAL_FIT`), and
     ``topk_s``, k -> one ``torch.topk`` extraction of k values and indices, at the sizes of
     :func:`topk_ladder`."""
     if probs.dim() != 2 or probs.shape[0] != 1:

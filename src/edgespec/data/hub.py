@@ -6,22 +6,23 @@ hub is reachable. Each adapter also reads a local copy in the dataset's own publ
 ``test.jsonl``, Dolly's ``databricks-dolly-15k.jsonl``, CREAK's ``dev.json``), a JSON array
 (Alpaca's ``alpaca_data.json``, StrategyQA's ``strategyqa_train.json``), a Parquet file (the
 hub's own shards), a folder written by ``datasets.Dataset.save_to_disk``, or a folder of such
-files (a hub snapshot) whose names start with the split. Rows from a local copy go through the
-same adapter as rows from the hub, so the records are the same.
+files (a hub snapshot) whose names start with the split (``edgespec.data.local_copy``). Rows
+from a local copy go through the same adapter as rows from the hub, so the records are the same;
+a row without a field its record needs is an error naming the file, the line (or the record)
+and the field, never a prompt silently left out.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from edgespec.data.answers import extract_final_number
+from edgespec.data.local_copy import LOCAL_FORMATS, read_local_rows
 from edgespec.data.records import TASKS, DatasetError, PromptRecord
 
 
@@ -31,43 +32,63 @@ def _cap(text: str) -> str:
 
 @dataclass(frozen=True)
 class HubAdapter:
-    """Where a hub dataset lives and how one row becomes a PromptRecord (None skips the row)."""
+    """Where a hub dataset lives and how one row becomes a PromptRecord; a row without the
+    fields the record needs raises :class:`DatasetError` naming the field (never skipped)."""
 
     hub_id: str
     config: str | None
     split: str
-    to_record: Callable[[Mapping[str, Any], int], PromptRecord | None]
+    to_record: Callable[[Mapping[str, Any], int], PromptRecord]
 
 
 _CALC_ANNOTATION = re.compile(r"<<[^>]*>>")
 
 
-def _gsm8k_row(row: Mapping[str, Any], index: int) -> PromptRecord | None:
-    answer = str(row.get("answer") or "")
+def _text(row: Mapping[str, Any], *keys: str) -> str:
+    """The stripped text of the first of ``keys`` that holds some (a release may name a field
+    differently); :class:`DatasetError` naming the field when none does."""
+    for key in keys:
+        value = row.get(key)
+        text = "" if value is None else str(value).strip()
+        if text:
+            return text
+    also = f" (or {', '.join(repr(k) for k in keys[1:])})" if len(keys) > 1 else ""
+    raise DatasetError(f"missing required field '{keys[0]}'{also}")
+
+
+def _present(row: Mapping[str, Any], key: str) -> str:
+    """A field the release always has, which may be empty (a reference answer): its text."""
+    if key not in row or row[key] is None:
+        raise DatasetError(f"missing required field '{key}'")
+    return str(row[key]).strip()
+
+
+def _gsm8k_row(row: Mapping[str, Any], index: int) -> PromptRecord:
+    question, answer = _text(row, "question"), _text(row, "answer")
     gold = extract_final_number(answer)
-    if not row.get("question") or gold is None:
-        return None
+    if gold is None:
+        raise DatasetError("field 'answer' holds no final number (GSM8K ends it '#### <number>')")
     body = _CALC_ANNOTATION.sub("", answer.rsplit("####", 1)[0]).strip()
     reference = f"{body}\nThe answer is {gold}." if body else f"The answer is {gold}."
-    return PromptRecord(
-        f"gsm8k-{index:05d}", row["question"].strip(), reference, gold, "arithmetic", "gsm8k"
-    )
+    return PromptRecord(f"gsm8k-{index:05d}", question, reference, gold, "arithmetic", "gsm8k")
 
 
 def _instruction_row(source: str, context_key: str, answer_key: str):
-    def adapt(row: Mapping[str, Any], index: int) -> PromptRecord | None:
-        instruction = str(row.get("instruction") or "").strip()
-        if not instruction:
-            return None
+    def adapt(row: Mapping[str, Any], index: int) -> PromptRecord:
+        instruction = _text(row, "instruction")
+        reference = _present(row, answer_key) or None
         context = str(row.get(context_key) or "").strip()
         prompt = f"{instruction}\n\n{context}" if context else instruction
-        reference = str(row.get(answer_key) or "").strip() or None
         return PromptRecord(f"{source}-{index:05d}", prompt, reference, None, "instruction", source)
 
     return adapt
 
 
-def _yes_no(value: Any) -> str | None:
+def _yes_no(row: Mapping[str, Any], key: str) -> str:
+    """A yes/no field (a bool, or its spelling) as "yes" or "no"."""
+    value = row.get(key)
+    if value is None:
+        raise DatasetError(f"missing required field '{key}'")
     if isinstance(value, bool):
         return "yes" if value else "no"
     text = str(value).strip().lower()
@@ -75,14 +96,11 @@ def _yes_no(value: Any) -> str | None:
         return "yes"
     if text in ("false", "no", "0"):
         return "no"
-    return None
+    raise DatasetError(f"field '{key}' must be true/false or yes/no, got {value!r}")
 
 
-def _strategyqa_row(row: Mapping[str, Any], index: int) -> PromptRecord | None:
-    question = str(row.get("question") or "").strip()
-    gold = _yes_no(row.get("answer"))
-    if not question or gold is None:
-        return None
+def _strategyqa_row(row: Mapping[str, Any], index: int) -> PromptRecord:
+    question, gold = _text(row, "question"), _yes_no(row, "answer")
     facts = row.get("facts")
     if isinstance(facts, (list, tuple)):
         facts = " ".join(str(f).strip() for f in facts if str(f).strip())
@@ -93,11 +111,8 @@ def _strategyqa_row(row: Mapping[str, Any], index: int) -> PromptRecord | None:
     )
 
 
-def _creak_row(row: Mapping[str, Any], index: int) -> PromptRecord | None:
-    sentence = str(row.get("sentence") or "").strip()
-    gold = _yes_no(row.get("label"))
-    if not sentence or gold is None:
-        return None
+def _creak_row(row: Mapping[str, Any], index: int) -> PromptRecord:
+    sentence, gold = _text(row, "sentence"), _yes_no(row, "label")
     explanation = str(row.get("explanation") or "").strip()
     reference = f"{_cap(gold)}. {explanation}".strip()
     rid = str(row.get("ex_id") or f"{index:05d}")
@@ -105,12 +120,9 @@ def _creak_row(row: Mapping[str, Any], index: int) -> PromptRecord | None:
     return PromptRecord(f"creak-{rid}", prompt, reference, gold, "yesno", "creak")
 
 
-def _qed_row(row: Mapping[str, Any], index: int) -> PromptRecord | None:
+def _qed_row(row: Mapping[str, Any], index: int) -> PromptRecord:
     # The hub names the field question; QED's own qed-*.jsonlines release, question_text.
-    question = str(row.get("question") or row.get("question_text") or "").strip()
-    if not question:
-        return None
-    question = _cap(question)
+    question = _cap(_text(row, "question", "question_text"))
     if not question.endswith("?"):
         question += "?"
     gold = None
@@ -128,7 +140,10 @@ def _qed_row(row: Mapping[str, Any], index: int) -> PromptRecord | None:
     if isinstance(selected, Mapping):
         reference = str(selected.get("string") or "").strip() or None
     if gold is None and reference is None:
-        return None
+        raise DatasetError(
+            "missing required field 'original_nq_answers' (or 'annotation.selected_sentence'): "
+            "the record has no answer"
+        )
     rid = str(row.get("example_id") or f"{index:05d}")
     return PromptRecord(f"qed-{rid}", question, reference or gold, gold, "qa", "qed")
 
@@ -155,97 +170,19 @@ SCHEMA_HINT = (
 )
 
 
-LOCAL_FORMATS = (".jsonl", ".jsonlines", ".ndjson", ".json", ".parquet")
-
-
-def _json_rows(path: Path) -> list[Any]:
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None  # not one JSON document: JSON Lines under a .json name (CREAK's dev.json)
-    if data is None:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    if isinstance(data, list):
-        return data
-    if isinstance(data, dict):
-        lists = {k: v for k, v in data.items() if isinstance(v, list)}
-        if len(lists) == 1:  # {"data": [...]} and the like
-            return next(iter(lists.values()))
-        lengths = {len(v) for v in data.values() if isinstance(v, list)}
-        if lists and len(lists) == len(data) and len(lengths) == 1:  # column-oriented
-            columns = list(data.values())
-            return [dict(zip(data, row, strict=True)) for row in zip(*columns, strict=True)]
-    raise DatasetError(
-        f"{path}: expected a JSON array of rows, JSON Lines, or an object holding one list "
-        f"of rows; got a {type(data).__name__}"
-    )
-
-
-def _file_rows(path: Path) -> list[Any]:
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()  # nested fields stay lists and dicts
-    if suffix == ".json":
-        return _json_rows(path)
-    if suffix in LOCAL_FORMATS:
-        with path.open(encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    raise DatasetError(
-        f"{path}: unknown format '{suffix}'; a local copy is a {', '.join(LOCAL_FORMATS)} file "
-        "or a folder written by datasets.Dataset.save_to_disk"
-    )
-
-
-def _folder_rows(folder: Path, split: str) -> list[Any]:
-    is_saved = (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
-    if is_saved:
-        import datasets as hf_datasets
-
-        saved = hf_datasets.load_from_disk(str(folder))
-        if isinstance(saved, hf_datasets.DatasetDict):
-            if split not in saved and len(saved) == 1:
-                split = next(iter(saved))
-            if split not in saved:
-                raise DatasetError(
-                    f"{folder}: the saved dataset has splits {sorted(saved)}, not '{split}'"
-                )
-            saved = saved[split]
-        return list(saved)
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file() and p.suffix.lower() in LOCAL_FORMATS and p.name.startswith(split)
-    )
-    if not files:
-        raise DatasetError(
-            f"{folder}: neither a folder written by datasets.Dataset.save_to_disk nor one "
-            f"holding '{split}*' data files ({', '.join(LOCAL_FORMATS)})"
-        )
-    return [row for p in files for row in _file_rows(p)]
-
-
-def read_local_rows(path: str | os.PathLike, split: str) -> list[Any]:
-    """The rows of a local copy of a dataset in its own published format (see the module)."""
-    path = Path(path)
-    if path.is_dir():
-        return _folder_rows(path, split)
-    if not path.is_file():
-        raise DatasetError(f"local copy not found: {path}")
-    return _file_rows(path)
-
-
 def load_hub(name: str, path: str | os.PathLike | None = None) -> list[PromptRecord]:
-    """Records of hub dataset ``name``: from the hub, or from ``path``, a local copy."""
+    """Records of hub dataset ``name``: from the hub, or from ``path``, a local copy.
+
+    Every row becomes a record or stops the load: a row without a field the record needs
+    raises :class:`DatasetError` naming the dataset, the file and line (or the record index)
+    and the field; none is skipped."""
     adapter = HUB_DATASETS[name]
     if path is not None:
         try:
             rows = read_local_rows(path, adapter.split)
         except DatasetError as err:
             raise DatasetError(f"dataset '{name}': {err}") from err
-        except (OSError, ValueError) as err:  # unreadable file, bad JSON or Parquet
+        except (OSError, ValueError) as err:  # unreadable file, bad Parquet
             raise DatasetError(
                 f"dataset '{name}': cannot read the local copy {path} ({type(err).__name__}: {err})"
             ) from err
@@ -254,7 +191,7 @@ def load_hub(name: str, path: str | os.PathLike | None = None) -> list[PromptRec
         try:
             import datasets as hf_datasets
 
-            rows = hf_datasets.load_dataset(adapter.hub_id, adapter.config, split=adapter.split)
+            hub_rows = hf_datasets.load_dataset(adapter.hub_id, adapter.config, split=adapter.split)
         except Exception as err:  # offline: ConnectionError, OSError, hub client errors, ...
             raise DatasetError(
                 f"dataset '{name}': could not load {adapter.hub_id}"
@@ -266,21 +203,21 @@ def load_hub(name: str, path: str | os.PathLike | None = None) -> list[PromptRec
                 f"to the prompt schema with source 'jsonl' and path=<file> ({SCHEMA_HINT})."
             ) from err
         origin = adapter.hub_id
+        where = f"{adapter.hub_id} (split '{adapter.split}'), record"
+        rows = [(f"{where} {index}", row) for index, row in enumerate(hub_rows)]
     records: list[PromptRecord] = []
     seen: set[str] = set()
-    for index, row in enumerate(rows):
+    for index, (where, row) in enumerate(rows):
         if not isinstance(row, Mapping):
-            raise DatasetError(
-                f"dataset '{name}': row {index} of {origin} is a {type(row).__name__}, "
-                "not an object"
-            )
-        record = adapter.to_record(row, index)
-        if record is None:
-            continue
+            raise DatasetError(f"dataset '{name}': {where}: a {type(row).__name__}, not an object")
+        try:
+            record = adapter.to_record(row, index)
+        except DatasetError as err:
+            raise DatasetError(f"dataset '{name}': {where}: {err}") from err
         if record.id in seen:
             record = dataclasses.replace(record, id=f"{record.id}-{index}")
         seen.add(record.id)
         records.append(record)
     if not records:
-        raise DatasetError(f"dataset '{name}': {origin} gave no usable rows")
+        raise DatasetError(f"dataset '{name}': {origin} holds no rows")
     return records

@@ -1,77 +1,29 @@
 """CPU linear layers through oneDNN: float32 instead of MKL's GEMM, weights reordered once.
 
 PyTorch computes a float32 ``F.linear`` on the CPU with a BLAS GEMM (MKL in the PyPI wheels)
-and only bf16/fp16 products with oneDNN. On the 2-core AMD EPYC measured here the GEMM is
-the slow one: oneDNN's inner product (``torch.ops.mkldnn._linear_pointwise``, the kernel
-PyTorch's own compiler uses for CPU linear layers) gives the same float32 results, rounding
-apart, 1.3-4.6x faster at decoding shapes. Medians of 30, 2 threads, Qwen2.5-Coder-1.5B's
-shapes, ``F.linear`` against oneDNN in milliseconds:
+and only bf16/fp16 products with oneDNN. oneDNN's inner product
+(``torch.ops.mkldnn._linear_pointwise``, the kernel PyTorch's own compiler uses for CPU linear
+layers) gives the same float32 results, rounding apart, faster at decoding shapes.
 
-- MLP up-projection 1536 -> 8960: 4.1 / 2.7 at 1 row, 13.7 / 3.3 at 3 rows, 13.7 / 5.2 at
-  16 rows, 30.8 / 13.7 at 80 rows (a batch of 16 verifying 4 drafted tokens);
-- LM head 1536 -> 151936: 69 / 31, 214 / 46, 226 / 76, 531 / 246.
-
-Whole target forwards (1 new token per row after a 150-token cache, 2 threads) went
-500 -> 299 ms at 1 row, 1368 -> 461 ms at 3 rows and 1089 -> 684 ms at 16 rows; with oneDNN
-and MKL capped at AVX2 (an AVX2-only CPU emulated) the products gain alike. Against a
-float64 product the largest relative error was 1.4e-6 (``F.linear``: 1.2e-6).
-
-bf16 already goes through oneDNN, but PyTorch hands it the weight in its plain [out, in]
-layout, which oneDNN reorders into its blocked layout on every call. Where the CPU has native
-bf16 (AVX-512 BW/VL/DQ or AVX-NE-CONVERT: ``torch.ops.mkldnn._reorder_linear_weight`` refuses
-otherwise), bf16 models keep their linear weights reordered once, at load (the way PyTorch's
-compiler freezes CPU weights), or map a copy reordered once per machine where rule select_dtype
-stored one (``edgespec.models.reordered``; the ``stored`` argument below). Measured on a 2-core
-AMD EPYC with AVX512_BF16, whole forwards of Qwen2.5-Coder-1.5B in bf16 (64-token cache,
-medians of 7): 316 -> 172 ms at 1 row x 1 new token, 265 -> 148 ms at 1 x 5, 372 -> 314 ms at
-16 x 1, 973 -> 755 ms at 16 x 5; the 0.5B draft 107 -> 82 ms at 1 x 1 and 173 -> 143 ms at
-16 x 1; logits bit-identical.
-
-float32 weights stay in their layout, because reordering them costs a workflow job more than
-it saves. On a 2-core AMD EPYC with AVX2 only (where ``auto`` picks float32),
-``bench/bench_layout.py`` (2 threads, medians of 7) sped whole target forwards 305 -> 245 ms
-at 1 x 1, 491 -> 291 ms at 1 x 3, 551 -> 379 ms at 1 x 5, 827 -> 717 ms at 16 x 1 and
-2220 -> 2009 ms at 16 x 5 (draft: 90 -> 94 ms at 1 x 1, 304 -> 252 ms at 16 x 1). But in the
-workflow (one thread per job, batch 16) job ``decode_wisv topk_accept g4``, run twice each way
-and interleaved, decoded in 60.0 and 55.5 s reordered against 59.6 and 61.8 s plain, and took
-118 and 107 s in all against 71 and 75 s: reordering 8.2 GB of float32 weights at load, read
-through the checkpoint's memory map, cost about 40 s. (An earlier emulation, oneDNN capped at
-AVX2 on an AVX-512 CPU, had reordered one-row products losing up to 40%; the real AVX2 CPU
-shows no such loss.) Where a process loads a model once and decodes a few rows at a time,
-:func:`reorder_all_weights` reorders float32 weights too: the engine benchmark's batch 1, and
-rule ``mine_labels``, whose ~450 target steps one after another run mostly at 1-3 rows, where
-a reordered float32 product takes about half the time (one thread, 8960 x 1536: 4.2 against
-8.1 ms at 2 rows, 10.6 against 13.8 ms at 16; its steps took 328 s instead of 439 s).
-
-float32 weights can also be stored transposed, [in, out] contiguous (a ``weight`` parameter that
-is the transposed view of that storage, :func:`transposed_weight`), and multiplied by numpy's
-BLAS (OpenBLAS in the PyPI wheels), which on the AVX2 EPYC beats oneDNN at every decoding
-shape: one thread, medians of 15, oneDNN against OpenBLAS on W^T in milliseconds, 1536 -> 8960
-at 16 rows 15.8 / 13.5, 8960 -> 1536 16.2 / 11.0, the LM head 1536 -> 151936 224 / 180 (at 80
-rows 40.2 / 40.9, 37.5 / 31.9, 673 / 581). Whole target forwards, one thread, two processes side
-by side as the workflow runs its jobs: 16 x 1 1517-1606 -> 1121-1223 ms, 16 x 5 4154-4244 ->
-3479-3568 ms, 1 x 1 476-543 -> 349-393 ms; logits within 7e-5. Transposing 8.2 GB of weights
-costs a job about 20 s, so the transposed weights are a copy on disk, made once
-(``edgespec.models.layout``), and rule ``select_dtype`` times both routes on this machine
-before choosing (``edgespec.models.precision.choose_linear_layout``).
+- bf16 products already go through oneDNN, but with the weight in its plain [out, in] layout,
+  reordered into oneDNN's blocked layout on every call. Where the CPU has native bf16
+  (``torch.ops.mkldnn._reorder_linear_weight`` refuses otherwise) bf16 weights are reordered
+  once, at load, or mapped from a copy reordered once per machine (``stored``,
+  ``edgespec.models.reordered``).
+- float32 weights keep their layout in the workflow's jobs (reordering 8 GB at load costs a job
+  more than it saves); :func:`reorder_all_weights` reorders them where a process loads a model
+  once and decodes a few rows at a time (the engine benchmark, rule ``mine_labels``). They can
+  also be stored transposed and multiplied by numpy's BLAS (:func:`transposed_weight`,
+  ``edgespec.models.layout``), chosen per machine by rule ``select_dtype``.
+- Sibling projections that read the same input (query/key/value, gate/up) are stacked into one
+  reordered product where weights are reordered anyway (:func:`fuse_projections`); the model
+  still calls ``q_proj(x)`` etc., each a :class:`ProjectionSlice` of one
+  :class:`FusedProjections` layer. Same bits at 1 to 2400 rows.
 
 GPUs and models that need gradients keep ``F.linear``. A reordered weight cannot move to
 another device or dtype: :func:`plain_linear` gives the model its plain layers back first.
-
-A decoder layer multiplies the same normed hidden state by its query, key and value weights,
-and the MLP's by its gate and up weights: seven products per layer where four would do. At one
-row a product of a few MB is short of the bandwidth it could use (the 0.5B draft's 896 -> 128
-key projection read at 12 GB/s, its 896 -> 896 query at 42 GB/s, one 896 -> 1152 product of
-all three at 48 GB/s; bf16 reordered, 2 threads, a Zen 5 EPYC). So where weights are reordered
-anyway, siblings are stacked into one reordered weight (:func:`fuse_projections`; at load, one
-temporary copy of their plain weights, about a second for the 1.5B target): the model's forward
-still calls ``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)``, each now a
-:class:`ProjectionSlice` of one :class:`FusedProjections` layer. Stacked and separate products
-gave the same bits at 1 to 2400 rows in bf16 and float32 there (each output column is the same
-dot product). Whole steps over a 64-token cache, bf16, a stacked and a separate copy of each
-model interleaved in one process (``docs/speed.md``, "Stacked projections"): one-token steps at
-one row took 3-4% less (median ratios 0.965 for the draft over four runs, 0.958 for the target
-over three); other shapes, 1 x 3 to 16 x 5, from 8% less to 4% more, within the VM's noise.
+The measurements behind each choice (per CPU, shape and thread count) are in ``docs/speed.md``
+("Linear layers through oneDNN", "float32 weights stored transposed", "Stacked projections").
 """
 
 from __future__ import annotations

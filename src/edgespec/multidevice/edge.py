@@ -2,41 +2,67 @@
 policy (methods §10); torch-free.
 
 **Service times.** One batched, KV-cached forward of the target over ``tokens`` new tokens in
-each of ``batch`` rows takes ``BatchTimes.seconds(tokens, batch)``, from the table rule
-``profile_batching`` measures (``edgespec.profiling.measure_target_batch_times``) or the
-configured one (``multidevice.target_batch_s``, to emulate other hardware). A request of
-``tokens`` 1 is a CU-HLM verification (one forward over the last committed token, as
-``target_token_s``), one of ``gamma + 1`` a WISV round's verification (as
-``target_verify_s[gamma]``). Between measured batch sizes the time is interpolated linearly in
-the batch size (a forward is flat in the rows while it is memory-bound and linear once it is
-compute-bound, so a straight line between neighbouring sizes is close); between measured token
-counts, linearly in the tokens at that batch size; nothing is extrapolated. A forward over more
-rows never takes less time, so each row of the table is first made non-decreasing in the batch
-size (running maximum: a measured table carries timing noise).
+each of ``batch`` rows takes ``BatchTimes.seconds(tokens, batch)``, from the profile rule
+``profile_batching`` records (``edgespec.multidevice.batchprofile``: medians of interleaved
+repeats at several context lengths, isotonic in the batch size) or the configured table
+(``multidevice.target_batch_s``, to emulate other hardware). Each row of the table is made
+non-decreasing in the batch size by an isotonic regression (:func:`isotonic`: a forward over
+more rows never takes less time, and a pooled pair costs its mean, so one slow cell does not
+charge every larger batch). Between timed batch sizes the time is interpolated linearly in the
+batch size (flat while memory-bound, linear once compute-bound); between timed token counts
+linearly in the tokens; above the largest timed count it is extrapolated along the last two
+counts (slope >= 0: a forward is linear in its tokens once compute-bound). Batch sizes are
+never extrapolated.
 
-The simulation charges a batch of b requests ``base * factor(tokens, b)``, with ``base`` the
-single-request time the single-device evaluation charges (``target_token_s`` or
-``target_verify(gamma)`` of the run's latency profile) and ``factor(tokens, b) =
-seconds(tokens, b) / seconds(tokens, 1)`` (:meth:`BatchTimes.factor`): the batch table gives
-the shape, the latency profile the level, so a batch of one costs exactly what one device pays
-alone, and one device reproduces the single-device evaluation.
+**What a batch costs** (:class:`EdgeCost`). A request carries its tokens per row: 1 for a
+CU-HLM upload that follows no skipped token, s + 1 after s skipped ones (the target catches up
+on them), gamma + 1 for a WISV round. A batch of b requests with T tokens in all is one
+flattened forward, as a continuous-batching server (vLLM, SGLang) runs it: it costs
+``anchor_s * seconds(T / b, b) / seconds(anchor_tokens, 1)``, with ``anchor_s`` the single
+request time the single-device evaluation charges (``target_token_s`` at ``anchor_tokens`` 1,
+``target_verify(gamma)`` at gamma + 1): the batch table gives the shape, the latency profile
+the level, so one device alone pays exactly the evaluation's time for an anchor request.
 
 **Policy** (:class:`BatchingPolicy`): batch-when-ready. When the edge is idle and requests
 wait, it serves the oldest request's kind with up to ``max_batch`` waiting requests of that
 kind, in arrival order, as soon as either as many requests wait as could ever come (``max_batch``
-or the number of devices still decoding) or the oldest has waited ``window_s``. With
-``window_s`` 0 it never waits.
+or the number of devices that still have an edge request ahead: a finished device is no
+companion) or the oldest has waited ``window_s``. With ``window_s`` 0 it never waits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from edgespec import checks
+
+
+def isotonic(values: Sequence[float], weights: Sequence[float] | None = None) -> np.ndarray:
+    """The non-decreasing sequence closest to ``values`` in weighted least squares
+    (pool-adjacent-violators): runs that decrease are replaced by their weighted mean."""
+    y = np.asarray(values, dtype=float)
+    w = np.ones_like(y) if weights is None else np.asarray(weights, dtype=float)
+    if y.ndim != 1 or w.shape != y.shape:
+        raise ValueError("isotonic needs one value and one weight per point")
+    means: list[float] = []
+    sizes: list[float] = []
+    counts: list[int] = []
+    for value, weight in zip(y, w, strict=True):
+        means.append(float(value))
+        sizes.append(float(weight))
+        counts.append(1)
+        while len(means) > 1 and means[-2] > means[-1]:
+            total = sizes[-2] + sizes[-1]
+            means[-2] = (means[-2] * sizes[-2] + means[-1] * sizes[-1]) / total
+            sizes[-2] = total
+            counts[-2] += counts[-1]
+            del means[-1], sizes[-1], counts[-1]
+    return np.repeat(means, counts)
 
 
 class BatchTimes:
@@ -71,10 +97,9 @@ class BatchTimes:
                 )
             rows[tokens] = dict(sorted(row.items()))
         self.table = dict(sorted(rows.items()))
-        # A forward over more rows never takes less time; a measured table carries timing
-        # noise, so lookups use the running maximum over batch sizes.
+        # A forward over more rows never takes less time: lookups use each row's isotonic fit.
         self._monotone = {
-            tokens: dict(zip(row, np.maximum.accumulate(list(row.values())), strict=True))
+            tokens: dict(zip(row, isotonic(list(row.values())), strict=True))
             for tokens, row in self.table.items()
         }
         self.source = str(source)
@@ -94,19 +119,30 @@ class BatchTimes:
             "source": self.source,
         }
 
-    def max_batch(self, tokens: int) -> int:
-        """The largest batch size :meth:`seconds` answers for ``tokens`` (no extrapolation)."""
+    def _neighbours(self, tokens: float) -> tuple[int, int]:
+        """The two timed token counts ``tokens`` is read between (or extrapolated from)."""
         known = list(self.table)
-        if tokens in self.table:
-            return max(self.table[tokens])
-        below = [t for t in known if t < tokens]
-        above = [t for t in known if t > tokens]
-        if not below or not above:
+        if tokens < known[0]:
             raise ValueError(
-                f"tokens={tokens} per row lies outside the timed token counts {known}; time or "
+                f"tokens={tokens:g} per row lies below the timed token counts {known}; time or "
                 "configure it (multidevice.target_batch_s)"
             )
-        return min(max(self.table[below[-1]]), max(self.table[above[0]]))
+        above = [t for t in known if t >= tokens]
+        if above:
+            hi = above[0]
+            return max(t for t in known if t <= tokens), hi
+        if len(known) < 2:
+            raise ValueError(
+                f"tokens={tokens:g} per row lies above the one timed token count {known[0]}: "
+                "time a second one to extrapolate along (multidevice.target_batch_s)"
+            )
+        return known[-2], known[-1]
+
+    def max_batch(self, tokens: float) -> int:
+        """The largest batch size :meth:`seconds` answers for ``tokens`` (no extrapolation in
+        the batch size)."""
+        lo, hi = self._neighbours(tokens)
+        return min(max(self.table[lo]), max(self.table[hi]))
 
     def _row_seconds(self, tokens: int, batch: int) -> float:
         row = self._monotone[tokens]
@@ -120,27 +156,31 @@ class BatchTimes:
             return row[batch]
         return float(np.interp(batch, sizes, [row[b] for b in sizes]))
 
-    def seconds(self, tokens: int, batch: int) -> float:
-        """One forward over ``tokens`` new tokens in each of ``batch`` rows [s] (module
-        docstring: linear interpolation in the batch, then in the tokens; ValueError
-        outside the timed range)."""
-        tokens = checks.integer("tokens", tokens)
+    def seconds(self, tokens: float, batch: int) -> float:
+        """One forward over ``tokens`` new tokens (a mean over rows may be fractional) in each
+        of ``batch`` rows [s] (module docstring: linear in the batch, then in the tokens,
+        extrapolated above the largest timed count; ValueError outside)."""
         batch = checks.integer("batch", batch)
-        if tokens in self.table:
-            return self._row_seconds(tokens, batch)
+        tokens = float(tokens)
+        if not (math.isfinite(tokens) and tokens >= 1):
+            raise ValueError(f"tokens per row must be >= 1, got {tokens!r}")
+        lo, hi = self._neighbours(tokens)
+        if lo == hi:
+            return self._row_seconds(lo, batch)
         if batch > self.max_batch(tokens):
             raise ValueError(
                 f"batch size {batch} exceeds the largest timed batch ({self.max_batch(tokens)}) "
-                f"around tokens={tokens}"
+                f"around tokens={tokens:g}"
             )
-        known = list(self.table)
-        lo = max(t for t in known if t < tokens)
-        hi = min(t for t in known if t > tokens)
-        return float(
-            np.interp(
-                tokens, [lo, hi], [self._row_seconds(lo, batch), self._row_seconds(hi, batch)]
-            )
+        at_lo, at_hi = self._row_seconds(lo, batch), self._row_seconds(hi, batch)
+        slope = (
+            max((at_hi - at_lo) / (hi - lo), 0.0) if tokens > hi else (at_hi - at_lo) / (hi - lo)
         )
+        return float(at_lo + slope * (tokens - lo))
+
+    def extrapolates(self, tokens: float) -> bool:
+        """Whether ``tokens`` per row lies above the largest timed count."""
+        return tokens > max(self.table)
 
     def factor(self, tokens: int, batch: int) -> float:
         """seconds(tokens, batch) / seconds(tokens, 1): what a batch of ``batch`` requests costs
@@ -174,3 +214,30 @@ class BatchingPolicy:
     def largest_batch(self, devices: int) -> int:
         """The largest batch ``devices`` devices can form (each has one request in flight)."""
         return devices if self.max_batch is None else min(self.max_batch, devices)
+
+
+class EdgeCost:
+    """Seconds of one batched verification forward over requests' rows (module docstring):
+    ``anchor_s`` [s] is what the single-device evaluation charges one request of
+    ``anchor_tokens`` tokens per row, ``times`` the batch table that scales it."""
+
+    def __init__(self, times: BatchTimes, anchor_tokens: int, anchor_s: float):
+        self.times = times
+        self.anchor_tokens = checks.integer("anchor tokens", anchor_tokens)
+        self.anchor_s = checks.seconds("anchor time", anchor_s, positive=True)
+        self._anchor = times.seconds(self.anchor_tokens, 1)
+        self._cache: dict[tuple[int, int], float] = {}
+
+    def batch_s(self, rows: Sequence[int]) -> float:
+        """One forward over ``rows`` (each request's tokens per row), flattened [s]."""
+        key = (int(sum(rows)), len(rows))
+        if key not in self._cache:
+            total, batch = key
+            self._cache[key] = self.anchor_s * (
+                self.times.seconds(total / batch, batch) / self._anchor
+            )
+        return self._cache[key]
+
+    def alone_s(self, tokens: int) -> float:
+        """One request served alone [s]."""
+        return self.batch_s([tokens])

@@ -6,9 +6,9 @@ Each device runs its program (``edgespec.multidevice.workload``): a list of legs
 - ``WAIT`` s: time that contends for nothing (the device's own compute, propagation);
 - ``UP`` w: a transmission of w full-band seconds over the shared band
   (``edgespec.multidevice.uplink``);
-- ``VERIFY`` s: a verification request to the edge, batched with other devices' (single-request
-  time s, scaled by ``BatchTimes.factor``; ``edgespec.multidevice.edge``);
-- ``SOLO`` s: an edge job served alone (a prompt's prefill), in the same queue;
+- ``VERIFY`` t: a verification request to the edge over t new tokens per row, batched with
+  other devices' (priced by ``edge.EdgeCost``: one flattened forward over the batch's rows);
+- ``SOLO`` s: an edge job of s seconds served alone (a prompt's prefill), in the same queue;
 - ``END``: the current step (a token or a round) is committed.
 
 A device never has more than one leg in progress; its next leg starts when the previous ends.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgespec.multidevice.edge import BatchingPolicy, BatchTimes
+from edgespec.multidevice.edge import BatchingPolicy, EdgeCost
 from edgespec.multidevice.uplink import make_uplink
 
 WAIT, UP, VERIFY, SOLO, END = range(5)
@@ -42,7 +42,9 @@ class SimulationResult:
     edge jobs served alone; ``served``: every request the edge finished, as (device, leg
     index), in the order they finished; ``edge_wait_s``: summed time requests waited in the
     queue [s]; ``uplink_busy_s``: seconds the band carried data; ``transmissions``: uplink
-    transmissions started.
+    transmissions started; ``extrapolated_batches``: verification batches whose mean tokens
+    per row lay above the largest timed count; ``prefill_busy_s``: the part of ``edge_busy_s``
+    spent on jobs served alone (prefills).
     """
 
     step_ends: list[np.ndarray]
@@ -54,6 +56,8 @@ class SimulationResult:
     edge_wait_s: float
     uplink_busy_s: float
     transmissions: int
+    extrapolated_batches: int = 0
+    prefill_busy_s: float = 0.0
 
     @property
     def makespan_s(self) -> float:
@@ -76,8 +80,7 @@ def _edge_requests(program) -> int:
 def simulate(
     programs,
     uplink: str,
-    batch_times: BatchTimes,
-    verify_tokens: int,
+    edge: EdgeCost,
     policy: BatchingPolicy,
     slot_s: float = 0.0,
     unlimited_edge: bool = False,
@@ -86,10 +89,10 @@ def simulate(
     ``workload.DeviceProgram`` or plain lists) to the end.
 
     ``uplink``: ``equal_split`` or ``tdma`` (slot ``slot_s`` seconds, device i owning slot i);
-    ``batch_times`` and ``verify_tokens`` (tokens per row of a verification forward) price a
-    batch of verification requests; ``policy``: when the edge starts a batch and how large.
-    ``unlimited_edge`` serves every request at once, alone, at its single-request time (an edge
-    with unlimited capacity: no queue, no batching).
+    ``edge`` prices a batch of verification requests from their tokens per row; ``policy``:
+    when the edge starts a batch and how large. ``unlimited_edge`` serves every request at
+    once, alone, at its single-request time (an edge with unlimited capacity: no queue, no
+    batching).
     """
     legs_of = [getattr(p, "legs", p) for p in programs]
     devices = len(legs_of)
@@ -107,13 +110,20 @@ def simulate(
     pending = [_edge_requests(p) for p in programs]
     could_send = sum(1 for p in pending if p > 0)  # devices with an edge request ahead
     queue: list[tuple[int, int, int, float, float]] = []  # (device, leg, kind, value, arrival)
-    state = {"busy": False, "kick": False, "busy_s": 0.0, "wait_s": 0.0, "solo": 0, "window": -1.0}
+    state = {
+        "busy": False,
+        "kick": False,
+        "busy_s": 0.0,
+        "solo_s": 0.0,
+        "wait_s": 0.0,
+        "solo": 0,
+        "window": -1.0,
+    }
     batch_sizes: list[int] = []
     served: list[tuple[int, int]] = []
     max_batch = policy.largest_batch(devices)
-    factors = [1.0] * (max_batch + 1)  # a batch of b costs factors[b] single requests
-    for b in range(2, max_batch + 1):
-        factors[b] = batch_times.factor(verify_tokens, b)
+    top_tokens = max(edge.times.table)
+    extrapolated = 0
 
     def advance(device: int, now: float) -> None:
         legs = legs_of[device]
@@ -153,12 +163,15 @@ def simulate(
 
     def arrive(device: int, leg: int, kind: int, value: float, now: float) -> None:
         if unlimited_edge:
-            state["busy_s"] += value
             if kind == SOLO:
                 state["solo"] += 1
+                state["solo_s"] += value
+                duration = value
             else:
                 batch_sizes.append(1)
-            schedule(now + value, finish_alone, device, leg)
+                duration = edge.alone_s(int(value))
+            state["busy_s"] += duration
+            schedule(now + duration, finish_alone, device, leg)
             return
         queue.append((device, leg, kind, value, now))
         if not state["busy"] and not state["kick"]:
@@ -185,6 +198,7 @@ def simulate(
         advance(device, now)
 
     def try_start(now: float) -> None:
+        nonlocal extrapolated
         if state["busy"] or not queue:
             return
         head = queue[0]
@@ -192,6 +206,7 @@ def simulate(
             batch = [queue.pop(0)]
             duration = head[3]
             state["solo"] += 1
+            state["solo_s"] += duration
         else:
             waiting = sum(1 for r in queue if r[2] == VERIFY)
             enough = min(max_batch, could_send)
@@ -208,7 +223,10 @@ def simulate(
                 else:
                     rest.append(request)
             queue[:] = rest
-            duration = head[3] * factors[len(batch)]
+            rows = [int(r[3]) for r in batch]
+            duration = edge.batch_s(rows)
+            if sum(rows) > top_tokens * len(rows):
+                extrapolated += 1
             batch_sizes.append(len(batch))
         state["busy"] = True
         state["busy_s"] += duration
@@ -243,4 +261,6 @@ def simulate(
         edge_wait_s=state["wait_s"],
         uplink_busy_s=link.busy_s,
         transmissions=link.transmissions,
+        extrapolated_batches=extrapolated,
+        prefill_busy_s=state["solo_s"],
     )

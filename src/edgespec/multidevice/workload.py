@@ -3,41 +3,39 @@
 A variant's decoded tokens (CU-HLM) or rounds (WISV) do not depend on timing, so each prompt's
 table becomes a program of legs (``edgespec.multidevice.simulate``): the device's own compute
 and propagation as waits, its uploads as transmissions over the shared band, its verifications
-as edge requests. Every leg is the part of the single-device delay it stands for, from the same
-functions the single-device evaluation uses:
+as edge requests carrying their tokens per row. Every leg is the part of the single-device
+delay it stands for, from the same functions the single-device evaluation uses, plus the edge
+work that evaluation leaves out (marked *):
 
+- *Prefill* (``prefill`` policy "alone", every method alike): each answer starts with a step of
+  its own (not counted in latency): the draft's prefill on the device (L tau_prefill,SLM; not
+  for ``llm_only``), then the target's as an edge job served alone (L tau_prefill,LLM; not for
+  ``slm_only``), L the prompt's tokens. Policy "none": no method pays a prefill.
 - CU-HLM token t (``edgespec.cuhlm.evaluate.apply_channel``): wait tau_SLM [+ tau_unc] +
   tau_dev(t); if uploaded, transmit B(t) / R(t) (with skipped ids resynchronised on it), wait
-  RTT / 2, verify (``target_token_s``, one token per row), wait RTT / 2. ``llm_only``: the
-  edge generates the token (a verification request of ``target_token_s``), nothing else.
+  RTT / 2, verify over s + 1 tokens per row (*: the s tokens skipped since the previous upload,
+  which the target must process before it can verify this one; the evaluation charges 1),
+  wait RTT / 2. ``llm_only``: the edge generates the token (a request of 1 token), nothing else.
 - WISV round (``edgespec.wisv.evaluate.round_latencies``): wait gamma tau_SLM, transmit the
-  round's first uplink message, wait RTT / 2, verify (``target_verify(gamma)``, gamma + 1
-  tokens per row), then RTT / 2 back; SH with mismatches instead asks for the hidden states
-  (RTT / 2 down), which the device transmits, and the answer comes back after RTT / 2 up and
-  RTT / 2 down; the decision head's time (head variants, rounds with a mismatch) is charged
-  before the answer leaves the edge. Each answer starts with its prompt's prefill: the draft's
-  on the device, then the target's as an edge job served alone.
+  round's first uplink message, wait RTT / 2, verify (gamma + 1 tokens per row), then RTT / 2
+  back; SH with mismatches instead asks for the hidden states (RTT / 2 down), which the device
+  transmits, and the answer comes back after RTT / 2 up and RTT / 2 down; the decision head's
+  time (head variants, rounds with a mismatch) is charged before the answer leaves the edge.
 
-So a device alone on the band and the edge reproduces the single-device delays exactly
-(:func:`single_device_delays` gives them, from those functions, for comparison).
+So a device alone on the band and the edge reproduces the single-device delays plus the
+starred work (:meth:`CuhlmPricing.single_device_delays`, :meth:`WisvPricing.single_device_delays`
+give them, from those functions, for comparison).
 
-**Fading: common random numbers.** Device programs are built on the fading gains the
-single-device evaluation draws for each prompt and fading seed s: CU-HLM's per (prompt, token
-position) stream (``token_gains`` with ``fading_base_seed``), WISV's per (prompt, round) stream
-(``attach_channel`` with ``fading_seed(seed, s)``). A device that decodes prompt p under seed s
-sees p's own draws, whatever the method, the number of devices or the other devices.
-
-**Which device decodes what** (:func:`device_prompts`): the evaluation split's P prompts, in
-the order of their ids; device i decodes ``prompts_per_device`` of them (default P: the whole
-split) in a cyclic order that starts at prompt i mod P. Devices i and i + P, which start on the
-same prompt, step through the split with different strides (1, P - 1, 3, P - 3, ... coprime to
-P), so no two devices repeat the same sequence while the split has strides left. With one
-device the program is the whole split in order: the single-device evaluation.
+**Fading.** A device decoding prompt p under fading seed s and device stream d uses the
+evaluation's own per-prompt stream (CU-HLM per (prompt, token position), ``token_gains``; WISV
+per (prompt, round), ``attach_channel``), with the base seed derived once more from d for
+d >= 1 (:func:`device_base_seed`): device 0 sees the evaluation's draws, every other device its
+own, and every method the same ones (common random numbers). The CSI-reading WISV variants
+were decoded on given draws and are priced on those only (``device`` is ignored for them).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +50,9 @@ from edgespec.cuhlm.evaluate import (
     token_gains,
     uses_uncertainty,
 )
+from edgespec.multidevice.edge import EdgeCost
 from edgespec.multidevice.simulate import END, SOLO, UP, VERIFY, WAIT
+from edgespec.seeding import derive_seed
 from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
 from edgespec.wireless.channel import ChannelCondition, uplink_rate_bps
 from edgespec.wireless.delay import LatencyProfile
@@ -67,6 +67,7 @@ from edgespec.wisv.evaluate import (
 )
 
 METHODS = (*CUHLM_VARIANTS, *WISV_VARIANTS)
+PREFILL_POLICIES = ("alone", "none")
 
 
 def family(method: str) -> str:
@@ -76,6 +77,12 @@ def family(method: str) -> str:
     if method in WISV_VARIANTS:
         return "wisv"
     raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+
+
+def device_base_seed(base: int, device: int) -> int:
+    """The fading base seed of device stream ``device``: ``base`` itself for device 0 (the
+    single-device evaluation's draws), one derived from it and the device otherwise."""
+    return int(base) if device == 0 else derive_seed(int(base), "device", int(device))
 
 
 @dataclass
@@ -120,42 +127,6 @@ class DeviceProgram:
         return int(self.step_tokens.sum())
 
 
-def coprime_strides(num_prompts: int) -> list[int]:
-    """1, P - 1, 3, P - 3, ... reduced mod P, those coprime to P, each once (P = 1: [1])."""
-    if num_prompts < 1:
-        raise ValueError("need at least one prompt")
-    if num_prompts == 1:
-        return [1]
-    out: list[int] = []
-    for odd in range(1, num_prompts + 1, 2):
-        for stride in (odd % num_prompts, (-odd) % num_prompts):
-            if stride and math.gcd(stride, num_prompts) == 1 and stride not in out:
-                out.append(stride)
-    for stride in range(1, num_prompts):  # even P has no even strides; odd P may have more
-        if math.gcd(stride, num_prompts) == 1 and stride not in out:
-            out.append(stride)
-    return out
-
-
-def device_prompts(
-    num_prompts: int, devices: int, prompts_per_device: int | None = None
-) -> list[list[int]]:
-    """Per device, the indices (into the sorted prompt list) it decodes, in order (module
-    docstring)."""
-    if devices < 1:
-        raise ValueError(f"need at least one device, got {devices}")
-    per_device = num_prompts if prompts_per_device is None else int(prompts_per_device)
-    if per_device < 1:
-        raise ValueError(f"prompts_per_device must be >= 1, got {prompts_per_device}")
-    strides = coprime_strides(num_prompts)
-    out = []
-    for device in range(devices):
-        replica, start = divmod(device, num_prompts)
-        stride = strides[replica % len(strides)]
-        out.append([(start + stride * j) % num_prompts for j in range(per_device)])
-    return out
-
-
 def _groups(frame: pd.DataFrame, order_column: str) -> dict[Any, np.ndarray]:
     """Row positions of each prompt, sorted by ``order_column`` (position or round)."""
     ids = frame["prompt_id"].to_numpy()
@@ -170,10 +141,33 @@ def _groups(frame: pd.DataFrame, order_column: str) -> dict[Any, np.ndarray]:
     return out
 
 
+def prefill_step(
+    variant: str, profile: LatencyProfile, policy: str, length: float | None
+) -> tuple[list[tuple[int, float]], float]:
+    """(legs, single-device seconds) of the prefill step of an answer whose prompt has
+    ``length`` tokens (module docstring); no legs under policy "none"."""
+    if policy == "none":
+        return [], 0.0
+    if policy != "alone":
+        raise ValueError(f"unknown prefill policy {policy!r}; known: {', '.join(PREFILL_POLICIES)}")
+    if length is None:
+        raise ValueError("the prefill policy 'alone' needs every prompt's length")
+    legs: list[tuple[int, float]] = []
+    draft = float(length) * profile.draft_prefill_token_s if variant != "llm_only" else 0.0
+    target = float(length) * profile.target_prefill_token_s if variant != "slm_only" else 0.0
+    if draft > 0:
+        legs.append((WAIT, draft))
+    if target > 0:
+        legs.append((SOLO, target))
+    legs.append((END, 0.0))
+    return legs, draft + target
+
+
 @dataclass(frozen=True)
 class CuhlmPricing:
     """How a CU-HLM variant's token table becomes programs under one channel and profile
-    (the arguments of ``apply_channel``; ``seed`` the configured seed)."""
+    (the arguments of ``apply_channel``; ``seed`` the configured seed; ``prompt_tokens``
+    prompt id -> length for the prefill)."""
 
     variant: str
     condition: ChannelCondition
@@ -183,21 +177,37 @@ class CuhlmPricing:
     seed: int
     sampling_k: int | None = None
     resync_bits_per_skipped: float = 0.0
+    prompt_tokens: Mapping[Any, int] | None = None
+    prefill: str = "alone"
 
     step = "token"
-    order_column = "position"
+
+    def _prefill(self, pid: Any) -> tuple[list[tuple[int, float]], float]:
+        length = None
+        if self.prefill != "none":
+            if self.prompt_tokens is None or pid not in self.prompt_tokens:
+                raise ValueError(
+                    f"no prompt length for {pid!r}: the prefill policy {self.prefill!r} needs "
+                    "every prompt's length (target_batching.json's prompt_tokens)"
+                )
+            length = self.prompt_tokens[pid]
+        return prefill_step(self.variant, self.profile, self.prefill, length)
 
     @property
-    def verify_tokens(self) -> int:
-        """Tokens per row of the edge's forward: one (the last committed token)."""
-        return 1
+    def anchor(self) -> tuple[int, float]:
+        """(tokens per row, seconds) the evaluation charges one verification: 1 token,
+        ``target_token_s``."""
+        return 1, self.profile.target_token_s
 
-    def gains(self, tokens: pd.DataFrame, seed_index: int) -> np.ndarray:
-        base = fading_base_seed(self.seed, self.condition)
+    def gains(self, tokens: pd.DataFrame, seed_index: int, device: int = 0) -> np.ndarray:
+        base = device_base_seed(fading_base_seed(self.seed, self.condition), device)
         return token_gains(tokens, self.condition, base, seed_index)
 
-    def prompt_programs(self, tokens: pd.DataFrame, seed_index: int) -> dict[Any, PromptProgram]:
-        """Each prompt's program under fading seed ``seed_index`` (module docstring)."""
+    def prompt_programs(
+        self, tokens: pd.DataFrame, seed_index: int, device: int = 0
+    ) -> dict[Any, PromptProgram]:
+        """Each prompt's program under fading seed ``seed_index`` on device stream ``device``
+        (module docstring)."""
         profile = self.profile
         uploaded = tokens["uploaded"].to_numpy().astype(bool)
         k = tokens["k"].to_numpy().astype(np.int64)
@@ -205,7 +215,7 @@ class CuhlmPricing:
         if self.variant in ("llm_only", "slm_only") and uploaded.any():
             raise ValueError(f"variant {self.variant!r} has no uploads, but the table marks some")
         rates = np.asarray(
-            uplink_rate_bps(self.condition, self.gains(tokens, seed_index)), dtype=float
+            uplink_rate_bps(self.condition, self.gains(tokens, seed_index, device)), dtype=float
         ).reshape(-1)
         bits = np.where(uploaded, upload_bits(k, self.vocab_size, self.prob_bits), 0).astype(float)
         local = np.zeros(len(tokens))
@@ -217,35 +227,41 @@ class CuhlmPricing:
             if uses_uncertainty(self.variant):
                 local = local + profile.uncertainty_s
         half_rtt = self.condition.rtt_s / 2.0
-        verify_s = profile.target_token_s
         out = {}
         for pid, rows in _groups(tokens, "position").items():
-            legs: list[tuple[int, float]] = []
+            legs, _ = self._prefill(pid)
+            steps = 1 if legs else 0
             pending = 0
             for row in rows:
                 if llm_only:
-                    legs += [(VERIFY, verify_s), (END, 0.0)]
+                    legs += [(VERIFY, 1), (END, 0.0)]
                     continue
                 legs.append((WAIT, float(local[row])))
                 if uploaded[row]:
                     payload = bits[row] + self.resync_bits_per_skipped * pending
-                    pending = 0
                     legs.append((UP, float(payload / rates[row])))
                     if half_rtt:
                         legs.append((WAIT, half_rtt))
-                    legs.append((VERIFY, verify_s))
+                    legs.append((VERIFY, pending + 1))
                     if half_rtt:
                         legs.append((WAIT, half_rtt))
+                    pending = 0
                 else:
                     pending += 1
                 legs.append((END, 0.0))
             out[pid] = PromptProgram(
-                legs, np.ones(len(rows), dtype=np.int64), np.ones(len(rows), bool)
+                legs,
+                np.concatenate([np.zeros(steps, np.int64), np.ones(len(rows), np.int64)]),
+                np.concatenate([np.zeros(steps, bool), np.ones(len(rows), bool)]),
             )
         return out
 
-    def single_device_delays(self, tokens: pd.DataFrame, seed_index: int) -> dict[Any, np.ndarray]:
-        """Per prompt, the single-device evaluation's delay of each token (``apply_channel``)."""
+    def single_device_delays(
+        self, tokens: pd.DataFrame, seed_index: int, edge: EdgeCost
+    ) -> dict[Any, np.ndarray]:
+        """Per prompt, the single-device evaluation's delay of each token (``apply_channel``),
+        each upload's verification re-priced over its s + 1 tokens by ``edge``, after the
+        prefill step (module docstring)."""
         delays = apply_channel(
             tokens,
             self.variant,
@@ -258,14 +274,27 @@ class CuhlmPricing:
             sampling_k=self.sampling_k,
             resync_bits_per_skipped=self.resync_bits_per_skipped,
         )
-        return {pid: delays[rows] for pid, rows in _groups(tokens, "position").items()}
+        uploaded = tokens["uploaded"].to_numpy().astype(bool)
+        out = {}
+        for pid, rows in _groups(tokens, "position").items():
+            own = delays[rows].copy()
+            skipped = 0
+            for i, row in enumerate(rows):
+                if uploaded[row]:
+                    own[i] += edge.alone_s(skipped + 1) - self.profile.target_token_s
+                    skipped = 0
+                else:
+                    skipped += 1
+            legs, prefill_s = self._prefill(pid)
+            out[pid] = np.concatenate([[prefill_s], own]) if legs else own
+        return out
 
 
 @dataclass(frozen=True)
 class WisvPricing:
     """How a WISV variant's round table becomes programs under one channel and profile (the
     arguments of ``round_latencies``; ``seed`` the configured seed, ``head_s`` the decision
-    head's time per round with a mismatch)."""
+    head's time per round with a mismatch). Prompt lengths come from the rounds."""
 
     variant: str
     condition: ChannelCondition
@@ -274,19 +303,24 @@ class WisvPricing:
     protocol_params: Mapping[str, Any]
     seed: int
     head_s: float = 0.0
+    prefill: str = "alone"
 
     step = "round"
-    order_column = "round"
 
     @property
-    def verify_tokens(self) -> int:
-        """Tokens per row of the edge's forward: the last committed token and gamma drafts."""
-        return int(self.gamma) + 1
+    def anchor(self) -> tuple[int, float]:
+        """(tokens per row, seconds) the evaluation charges one verification: gamma + 1
+        tokens, ``target_verify(gamma)``."""
+        return int(self.gamma) + 1, self.profile.target_verify(int(self.gamma))
 
-    def priced(self, rounds: pd.DataFrame, seed_index: int) -> pd.DataFrame:
-        """``rounds`` with each (prompt, round)'s gain and rate under fading seed ``seed_index``;
-        a CSI-reading variant's rounds must have been decoded on these very draws."""
-        priced = attach_channel(rounds, self.condition, fading_seed(self.seed, seed_index))
+    def priced(self, rounds: pd.DataFrame, seed_index: int, device: int = 0) -> pd.DataFrame:
+        """``rounds`` with each (prompt, round)'s gain and rate under fading seed ``seed_index``
+        on device stream ``device``; a CSI-reading variant's rounds must have been decoded on
+        these very draws (its device stream is the decode's)."""
+        base = fading_seed(self.seed, seed_index)
+        if self.variant not in CSI_VARIANTS:
+            base = device_base_seed(base, device)
+        priced = attach_channel(rounds, self.condition, base)
         if self.variant in CSI_VARIANTS:
             if "gain" not in rounds or not np.allclose(
                 rounds["gain"], priced["gain"], rtol=1e-12, atol=0
@@ -297,35 +331,31 @@ class WisvPricing:
                 )
         return priced
 
-    def prompt_programs(self, rounds: pd.DataFrame, seed_index: int) -> dict[Any, PromptProgram]:
-        """Each prompt's program under fading seed ``seed_index`` (module docstring)."""
+    def prompt_programs(
+        self, rounds: pd.DataFrame, seed_index: int, device: int = 0
+    ) -> dict[Any, PromptProgram]:
+        """Each prompt's program under fading seed ``seed_index`` on device stream ``device``
+        (module docstring)."""
         profile = self.profile
         gamma = int(self.gamma)
         if len(rounds) and not (rounds["num_drafted"] == gamma).all():
             raise ValueError(f"rounds were not drafted with gamma={gamma}")
-        priced = self.priced(rounds, seed_index)
+        priced = self.priced(rounds, seed_index, device)
+        lengths = priced["prompt_tokens"].to_numpy(dtype=float)
         rate = priced["rate_bps"].to_numpy(dtype=float)
         mismatches = priced["num_mismatches"].to_numpy(dtype=np.int64)
         committed = priced["num_committed"].to_numpy(dtype=np.int64)
-        prompt_tokens = priced["prompt_tokens"].to_numpy(dtype=float)
         payloads = {
             int(m): round_payload(self.variant, gamma, int(m), self.protocol_params)
             for m in np.unique(mismatches)
         }
         draft_s = gamma * profile.draft_token_s
-        verify_s = profile.target_verify(gamma)
         half_rtt = self.condition.rtt_s / 2.0
         head = self.variant in HEAD_VARIANTS
         out = {}
         for pid, rows in _groups(priced, "round").items():
-            first = rows[0]
-            legs: list[tuple[int, float]] = [
-                (WAIT, float(prompt_tokens[first] * profile.draft_prefill_token_s))
-            ]
-            target_prefill = float(prompt_tokens[first] * profile.target_prefill_token_s)
-            if target_prefill > 0:
-                legs.append((SOLO, target_prefill))
-            legs.append((END, 0.0))
+            legs, _ = prefill_step(self.variant, profile, self.prefill, lengths[rows[0]])
+            steps = 1 if legs else 0
             for row in rows:
                 m = int(mismatches[row])
                 payload = payloads[m]
@@ -333,7 +363,7 @@ class WisvPricing:
                     (WAIT, draft_s),
                     (UP, float(payload.uplink_bits / rate[row])),
                     (WAIT, half_rtt),
-                    (VERIFY, verify_s),
+                    (VERIFY, gamma + 1),
                 ]
                 head_s = self.head_s if head and m > 0 else 0.0
                 if payload.extra_round_trip:
@@ -349,15 +379,18 @@ class WisvPricing:
                 legs.append((END, 0.0))
             out[pid] = PromptProgram(
                 legs,
-                np.concatenate([[0], committed[rows]]).astype(np.int64),
-                np.concatenate([[False], np.ones(len(rows), bool)]),
+                np.concatenate([np.zeros(steps, np.int64), committed[rows]]).astype(np.int64),
+                np.concatenate([np.zeros(steps, bool), np.ones(len(rows), bool)]),
             )
         return out
 
-    def single_device_delays(self, rounds: pd.DataFrame, seed_index: int) -> dict[Any, np.ndarray]:
-        """Per prompt, the single-device evaluation's delays: the prompt's prefill, then each
-        round's latency (``round_latencies``)."""
+    def single_device_delays(
+        self, rounds: pd.DataFrame, seed_index: int, edge: EdgeCost
+    ) -> dict[Any, np.ndarray]:
+        """Per prompt, the prefill step (module docstring) and then each round's latency
+        (``round_latencies``); ``edge`` is not needed (every request is an anchor one)."""
         priced = self.priced(rounds, seed_index)
+        lengths = priced["prompt_tokens"].to_numpy(dtype=float)
         latencies = round_latencies(
             priced,
             self.variant,
@@ -367,32 +400,11 @@ class WisvPricing:
             int(self.gamma),
             head_s=self.head_s,
         )
-        prefill = np.asarray(
-            self.profile.prefill_s(priced["prompt_tokens"].to_numpy()), dtype=float
-        ).reshape(-1)
-        return {
-            pid: np.concatenate([[prefill[rows[0]]], latencies[rows]])
-            for pid, rows in _groups(priced, "round").items()
-        }
-
-
-def prompt_order(table: pd.DataFrame) -> list[Any]:
-    """The split's prompt ids in the order devices are assigned them: sorted by id."""
-    return sorted(pd.unique(table["prompt_id"]), key=str)
-
-
-def device_programs(
-    programs: Mapping[Any, PromptProgram],
-    prompts: Sequence[Any],
-    devices: int,
-    prompts_per_device: int | None = None,
-) -> list[DeviceProgram]:
-    """The programs of ``devices`` devices (:func:`device_prompts` over ``prompts``)."""
-    missing = [p for p in prompts if p not in programs]
-    if missing:
-        raise ValueError(f"no program for prompt(s) {missing[:5]}")
-    out = []
-    for indices in device_prompts(len(prompts), devices, prompts_per_device):
-        ids = [prompts[i] for i in indices]
-        out.append(DeviceProgram.concatenate(ids, [programs[p] for p in ids]))
-    return out
+        out = {}
+        for pid, rows in _groups(priced, "round").items():
+            legs, prefill_s = prefill_step(
+                self.variant, self.profile, self.prefill, lengths[rows[0]]
+            )
+            own = latencies[rows]
+            out[pid] = np.concatenate([[prefill_s], own]) if legs else own
+        return out
