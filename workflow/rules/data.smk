@@ -23,7 +23,7 @@ rule prepare_data:
         runtime=grows_with_attempt(10),
     params:
         spec=dataset_spec,
-        calib_fraction=config["data"]["calib_fraction"],
+        calib_fraction=lambda wildcards: calib_fraction_of(wildcards.dataset),
         seed=config["seed"],
     script:
         "../scripts/prepare_data.py"

@@ -30,7 +30,10 @@ draft, target, tokenizer = load_models(
 start = time.perf_counter()
 if reorder_all_weights(target):
     logging.info("target weights reordered for oneDNN in %.1f s", time.perf_counter() - start)
-records = prompt_split(list(snakemake.input.prompts), "calib")  # this job's datasets
+# this job's datasets: their head-training split where the data has one, else calibration
+records = prompt_split(list(snakemake.input.prompts), "train") or prompt_split(
+    list(snakemake.input.prompts), "calib"
+)
 cfg = decoding_config(params.decoding, tokenizer, target, temperature=0.0)
 config = MiningConfig.from_settings(
     params.wisv,

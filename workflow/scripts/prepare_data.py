@@ -15,6 +15,6 @@ spec = snakemake.params.spec
 name = snakemake.wildcards.dataset
 rng = numpy_rng(snakemake.params.seed, "data", name)
 records = load_records(spec["source"], spec["n"], rng, path=spec.get("path"), label=name)
-records = assign_splits(records, snakemake.params.calib_fraction, rng)
+records = assign_splits(records, snakemake.params.calib_fraction, rng, spec.get("train_fraction"))
 write_jsonl(records, snakemake.output.prompts)
 logging.info("%s: %d prompts (%s)", name, len(records), spec["source"])

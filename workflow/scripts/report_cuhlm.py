@@ -41,6 +41,7 @@ data = ReportInputs(
     thresholds=pd.read_csv(inputs.thresholds),
     k_table=pd.read_csv(inputs.k_table),
     joint=pd.read_csv(inputs.joint),
+    joint_sensitivity=pd.read_csv(inputs.joint_sensitivity),
 )
 report = build_report(data, settings)
 write_csv(report.summary, outputs.summary)

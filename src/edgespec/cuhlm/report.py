@@ -11,17 +11,24 @@ a bootstrap over prompts (``edgespec.cuhlm.summary``); a cell reads ``point [lo,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from edgespec import plots
+from edgespec.cuhlm.quality import QUALITY_TEXT, budget_rows, interval_cell, quality_rows
 from edgespec.cuhlm.summary import summary_table
 from edgespec.hardware import HardwareSpec, roofline_profile
-from edgespec.intervals import Interval
-from edgespec.report import headline_table, markdown_table, paper_comparison, precision_paragraph
+from edgespec.report import (
+    decidable_line,
+    headline_table,
+    markdown_table,
+    paper_comparison,
+    precision_paragraph,
+)
+from edgespec.wireless.payload import upload_bits
 
 PAPERS_VOCAB_SIZE = 32000
 """The vocabulary of the papers' pair (TinyLlama / Llama-2), tokens."""
@@ -70,7 +77,7 @@ class ReportInputs:
     (``profile.json``, seconds), the model provenance, ``precision.json`` and (where a model was
     quantised) ``quantization.json``; the evaluated metrics of every variant, its decoded tokens
     (variant -> table), the text scores, and the calibration tables ``thresholds.csv``,
-    ``k_table.csv`` and ``joint_kstar.csv``."""
+    ``k_table.csv``, ``joint_kstar.csv`` and ``joint_sensitivity.csv``."""
 
     fit: dict
     kstar: dict
@@ -84,6 +91,7 @@ class ReportInputs:
     thresholds: pd.DataFrame
     k_table: pd.DataFrame
     joint: pd.DataFrame
+    joint_sensitivity: pd.DataFrame | None = None
 
 
 @dataclass
@@ -165,19 +173,6 @@ def paper_hardware_text(paper_hardware: Mapping, vocab_size: int, uncertainty_sa
     )
 
 
-def interval_cell(row: Mapping, column: str, scale: float = 1.0, unit: str = "") -> str:
-    """``row[column]`` as ``"point [lo, hi]"`` (3 significant digits, each times ``scale``,
-    ``unit`` after the point), the point alone where the row has no interval, ``"n/a"`` where
-    the point is NaN."""
-    point, low, high = row[column], row.get(f"{column}_lo"), row.get(f"{column}_hi")
-    if pd.isna(point):
-        return "n/a"
-    if low is None or pd.isna(low) or pd.isna(high):
-        return f"{point * scale:.3g}{unit}"
-    # The level does not enter the text.
-    return Interval(point, low, high, level=math.nan).format(".3g", scale, unit)
-
-
 def variant_rows(frame: pd.DataFrame, profiles: Mapping[str, str]) -> pd.DataFrame:
     """One row per (variant, channel) of ``frame`` (summary rows), the profile-dependent
     columns side by side (one per profile), then the token-level and accuracy figures."""
@@ -245,6 +240,58 @@ def kstar_text(kstar: dict, channel: str) -> str:
     )
 
 
+def joint_moves(sensitivity: pd.DataFrame) -> pd.DataFrame:
+    """Per (fading, risk_budget, bandwidth) of ``joint_sensitivity.csv``
+    (``edgespec.cuhlm.joint.joint_sensitivity``): the distinct (u_th, k*) choices across the SNRs
+    (``choices``), their ranges, and ``moves`` (True where the channel changes the choice)."""
+    solved = sensitivity[sensitivity["status"] != "infeasible"]
+    keys = ["fading", "risk_budget", "bandwidth_factor"]
+    rows = []
+    for key, group in solved.groupby(keys, sort=True):
+        pairs = group[["u_th", "k_star"]].drop_duplicates()
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "bandwidth_hz": float(group["bandwidth_hz"].max()),
+                "snr_db": f"{group['snr_db'].min():g} to {group['snr_db'].max():g}",
+                "choices": len(pairs),
+                "k_star": f"{int(group['k_star'].min())}-{int(group['k_star'].max())}",
+                "u_th": f"{group['u_th'].min():.3g}-{group['u_th'].max():.3g}",
+                "max_upload_ms": 1e3 * float(group["upload_s"].max()),
+                "moves": len(pairs) > 1,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def joint_text(
+    joint: pd.DataFrame, profile: Mapping, budget: float, prob_bits: int, vocab_size: int
+) -> str:
+    """Whether the joint programme's choice moves over the sweep, and if not why: the risk
+    budget binds, and an upload of k* entries costs little against tau_LLM at every rate."""
+    solved = joint.dropna(subset=["k_star"])
+    if solved.empty:
+        return ""
+    pairs = solved[["u_th", "k_star"]].drop_duplicates()
+    span = f"{solved['snr_db'].min():g} to {solved['snr_db'].max():g} dB"
+    if len(pairs) > 1:
+        return f"The joint programme's choice moves with the channel over {span}."
+    u_th, k_star = pairs.iloc[0]
+    slowest = float(solved["ergodic_rate_bps"].min())
+    bits = float(upload_bits(np.asarray([int(k_star)]), vocab_size, prob_bits)[0])
+    risk = solved["skip_risk"].max()
+    return (
+        f"The joint programme chooses the same (u_th, k*) = ({u_th:.3g}, {int(k_star)}) at "
+        f"every channel ({span}): its skip risk {risk:.3g} is at the risk budget {budget:g}, "
+        f"so the budget, not the rate, sets the skip rate, and an upload of k* entries "
+        f"({bits / 8:.0f} B) takes {1e3 * bits / slowest:.3g} ms even at the slowest ergodic "
+        f"rate ({slowest / 1e6:.3g} Mbit/s), against tau_LLM = "
+        f"{1e3 * profile['target_token_s']:.3g} ms per verification. Re-solved under other "
+        "risk budgets and slower uplinks (the sweep's bandwidth times a factor), the choice "
+        "moves with the SNR where `moves` says so:"
+    )
+
+
 def _intervals_text(seeds: int, settings: ReportSettings) -> str:
     return (
         "Every delay-based figure (throughput, latency, gain over HLM) is the median over "
@@ -278,11 +325,23 @@ def _profiles_text(
     )
 
 
+def _sensitivity_sections(inputs: ReportInputs, settings: ReportSettings) -> list[str]:
+    if inputs.joint_sensitivity is None or inputs.joint_sensitivity.empty:
+        return []
+    budget = inputs.kstar["joint"]["risk_budget"]
+    vocab_size = inputs.kstar["vocab_size"]
+    return [
+        joint_text(inputs.joint, inputs.profile, budget, settings.prob_bits, vocab_size),
+        markdown_table(joint_moves(inputs.joint_sensitivity)),
+    ]
+
+
 def render_markdown(
     summary: pd.DataFrame,
     inputs: ReportInputs,
     settings: ReportSettings,
     profiles: Mapping[str, str],
+    headline: pd.DataFrame | None = None,
 ) -> str:
     """``cuhlm_summary.md``: the run's setting, then the paper comparison, the joint programme
     over the sweep, the exact-verification rows at ``cuhlm.kstar_channel``, the thresholds, the
@@ -300,13 +359,24 @@ def render_markdown(
         calibration_text(inputs.fit),
         kstar_text(inputs.kstar, channel),
         "## Against the papers' numbers (same metric definitions)",
+        decidable_line(headline if headline is not None else headline_table(summary, profiles)),
+        QUALITY_TEXT,
         markdown_table(paper_comparison(summary, dict(profiles))),
+        "## Quality against its noise floor (HLM, lossless; paired by prompt)",
+        markdown_table(quality_rows(summary)),
+        "## Token budget (per dataset)",
+        markdown_table(budget_rows(inputs.scores)),
         "## Joint k* and u_th against SNR (one programme per channel; only "
         f"{channel} is decoded, as cuhlm_joint)",
         markdown_table(inputs.joint[list(JOINT_COLUMNS)]),
+        *_sensitivity_sections(inputs, settings),
         f"## What exact verification costs ({channel})",
         "cuhlm_exact draws d from the uploaded x_hat (same k* and bytes as "
-        "cuhlm_offline), so its output law is y: TVD(y_hat, y) = 0.",
+        "cuhlm_offline), so its output law is y: TVD(y_hat, y) = 0 to float64 rounding. "
+        "(With q = p, TVD(y_hat, y) is half the difference of the two laws' sums; a float32 "
+        "softmax over the vocabulary sums to 1 only to about 1e-5, which the decode table "
+        "once recorded as a distortion; it now renormalises both laws in float64: "
+        "`bench/exact_distortion.py`, methods §3.4.)",
         markdown_table(variant_rows(exact_rows, profiles)),
         "## Thresholds",
         markdown_table(inputs.thresholds),
@@ -323,10 +393,11 @@ def build_report(inputs: ReportInputs, settings: ReportSettings) -> CuhlmReport:
     """The summary, headline table and Markdown page of one run (module docstring)."""
     summary = ordered_summary(inputs, settings)
     profiles = latency_profiles(inputs.profile, summary)
+    headline = headline_table(summary, profiles)
     return CuhlmReport(
         summary=summary,
-        headline=headline_table(summary, profiles),
-        markdown=render_markdown(summary, inputs, settings, profiles),
+        headline=headline,
+        markdown=render_markdown(summary, inputs, settings, profiles, headline),
         profiles=profiles,
     )
 

@@ -9,8 +9,10 @@ Three sources of numbers, each with its own interval (``edgespec.intervals``):
 - token-level fractions of a decoded table (skip rate, vocabulary compression, distortions,
   acceptance) are ratios of sums over prompts, with a percentile bootstrap over prompts
   (:func:`token_statistics`);
-- accuracy-type figures (exact match, semantic accuracy, fidelity, and their ratios to HLM,
-  paired by prompt) get a bootstrap over prompts too (:func:`quality_statistics`).
+- accuracy-type figures (exact match, pass@1, semantic accuracy, fidelity, and their ratios to
+  HLM, paired by prompt) get a bootstrap over prompts too, and beside each its noise floor
+  (HLM's, a lossless method's, on the same prompts) and minimum detectable difference
+  (:func:`quality_statistics`).
 
 :func:`summary_table` joins them into one row per (variant, channel, latency profile) with
 ``<metric>``, ``<metric>_lo`` and ``<metric>_hi`` columns.
@@ -23,7 +25,14 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from edgespec.intervals import bootstrap_interval, seed_interval
+from edgespec.intervals import (
+    POWER,
+    bootstrap_interval,
+    detectable_difference,
+    effect_sd,
+    paired_effects,
+    seed_interval,
+)
 from edgespec.seeding import numpy_rng
 from edgespec.wireless.payload import upload_bits
 
@@ -37,7 +46,17 @@ GAIN_METRICS = {
 }
 """Ratio to the reference variant's figure under the same channel, profile and fading seed."""
 
-QUALITY_METRICS = ("exact_match", "semantic_accuracy", "similarity_to_llm", "answer_fidelity")
+QUALITY_METRICS = (
+    "exact_match",
+    "pass_at_1",
+    "semantic_accuracy",
+    "similarity_to_llm",
+    "answer_fidelity",
+)
+
+SELF_REFERENCED = {"similarity_to_llm": "llm_only", "answer_fidelity": "llm_only"}
+"""Quality metrics scored against a variant's own output: that variant has no figure of them
+(it would be 1 by construction)."""
 
 TOKEN_METRICS = (
     "skip_rate",
@@ -181,10 +200,18 @@ def quality_statistics(
     level: float,
     samples: int,
     reference: str = "hlm",
+    power: float = POWER,
 ) -> pd.DataFrame:
     """Per variant: the mean of each :data:`QUALITY_METRICS` over prompts and ``relative_<m>``
     (its ratio to the reference's, paired by prompt), each with a bootstrap interval over
-    prompts (``rng_for(variant, metric)``)."""
+    prompts (``rng_for(variant, metric)``).
+
+    The reference (HLM, lossless) is every quality figure's noise floor (methods §6):
+    ``floor_<m>`` is its mean over the same prompts, ``relative_<m>_n`` the prompts paired,
+    ``relative_<m>_sd`` the per-prompt standard deviation of the ratio
+    (``edgespec.intervals.paired_effects``) and ``relative_<m>_mdd`` the minimum detectable
+    difference of the ratio at that n (two-sided at ``level``, with ``power``), all as
+    fractions (0.02 = 2 points of the reference's figure)."""
     if reference not in set(scores["variant"]):
         raise KeyError(f"reference variant {reference!r} has no scores")
     ref = scores[scores["variant"] == reference].set_index("prompt_id")
@@ -193,7 +220,7 @@ def quality_statistics(
         group = group.set_index("prompt_id")
         row: dict[str, float | str] = {"variant": variant}
         for metric in QUALITY_METRICS:
-            if metric not in group:
+            if metric not in group or SELF_REFERENCED.get(metric) == variant:
                 continue
             values = group[metric].to_numpy(float)
             interval = bootstrap_interval(values, rng_for(variant, metric), level, samples)
@@ -203,11 +230,16 @@ def quality_statistics(
             ).dropna()
             own, base = both["own"].to_numpy(float), both["ref"].to_numpy(float)
             r = _ratio_of_sums(own, base, rng_for(variant, f"relative_{metric}"), level, samples)
+            sd = effect_sd(paired_effects(own, base))
             row.update(
                 {
                     f"relative_{metric}": r["point"],
                     f"relative_{metric}_lo": r["low"],
                     f"relative_{metric}_hi": r["high"],
+                    f"floor_{metric}": float(base.mean()) if len(base) else np.nan,
+                    f"relative_{metric}_n": len(own),
+                    f"relative_{metric}_sd": sd,
+                    f"relative_{metric}_mdd": detectable_difference(sd, len(own), level, power),
                 }
             )
         rows.append(row)
@@ -225,9 +257,11 @@ def summary_table(
     bootstrap_level: float,
     bootstrap_samples: int,
     reference: str = "hlm",
+    power: float = POWER,
 ) -> pd.DataFrame:
     """One row per (variant, channel, profile): seed intervals of the delay and gain metrics,
-    bootstrap intervals of the token-level and quality metrics (module docstring). Bootstrap
+    bootstrap intervals of the token-level and quality metrics, the quality metrics' floors
+    and minimum detectable differences at ``power`` (module docstring). Bootstrap
     generators derive from ``seed`` and the (variant, metric) names, so each figure's
     interval is reproducible on its own."""
     seeds = seed_summary(seed_relative(metrics, reference), seed_level)
@@ -248,6 +282,7 @@ def summary_table(
         bootstrap_level,
         bootstrap_samples,
         reference,
+        power,
     )
     out = seeds.merge(pd.DataFrame(token_rows), on="variant", how="left")
     return out.merge(quality, on="variant", how="left")

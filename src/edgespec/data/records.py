@@ -3,7 +3,7 @@
 Every record has ``id`` (str, unique within a dataset), ``prompt`` (non-empty str),
 ``reference`` (str or null: a reference answer text), ``gold_answer`` (str or null: a final
 answer that can be checked exactly), ``task`` (one of :data:`TASKS`) and ``source`` (the dataset
-name). The prepare step adds ``split`` ("calib" or "eval"), see
+name). The prepare step adds ``split`` ("calib", "train" or "eval"), see
 ``edgespec.data.prepare.assign_splits``.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 from edgespec.artifacts import default_file_mode
 from edgespec.data.answers import NUMERIC_GOLD
 
-TASKS = ("arithmetic", "instruction", "qa", "yesno")
-SPLITS = ("calib", "eval")
-EMBEDDED = ("instructions", "arithmetic")
+TASKS = ("arithmetic", "instruction", "qa", "yesno", "code")
+SPLITS = ("calib", "train", "eval")
+EMBEDDED = ("instructions", "arithmetic", "humaneval")
 REQUIRED_FIELDS = ("id", "prompt", "task", "source")
 NULLABLE_FIELDS = ("reference", "gold_answer", "split")  # may be absent (read as null)
 ALL_FIELDS = REQUIRED_FIELDS[:2] + ("reference", "gold_answer") + REQUIRED_FIELDS[2:] + ("split",)
