@@ -18,6 +18,7 @@ include: "workflow/rules/latency.smk"
 include: "workflow/rules/cuhlm.smk"
 include: "workflow/rules/wisv.smk"
 include: "workflow/rules/multidevice.smk"
+include: "workflow/rules/testbed.smk"
 
 
 rule all:

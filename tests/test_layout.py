@@ -13,9 +13,11 @@ needs no edit.
   6 application: config, runcompare
     Entry points over a whole run, for the workflow and the command line; nothing below imports
     them.
-  5 study: multidevice
-    The many-devices simulation: re-prices both wings' decoded tables on one shared edge and
-    band. It imports no decoding, models or data (ALSO_FORBIDDEN): it never runs a model.
+  5 study: multidevice, testbed
+    Studies over both wings. The many-devices simulation re-prices both wings' decoded tables
+    on one shared edge and band; it imports no decoding, models or data (ALSO_FORBIDDEN): it
+    never runs a model. The testbed runs both wings' protocols as a device and an edge process
+    over a real socket and holds the result against the wings' own pricing.
   4 wings: cuhlm, wisv
     The two reproduced systems; neither imports the other.
   3 services: hardware, profiling, runconfig, scoring
@@ -80,7 +82,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ),
     ("services", frozenset({"hardware", "profiling", "runconfig", "scoring"})),
     ("wings", frozenset({"cuhlm", "wisv"})),
-    ("study", frozenset({"multidevice"})),
+    ("study", frozenset({"multidevice", "testbed"})),
     ("application", frozenset({"config", "runcompare"})),
     ("docs", frozenset({"readme_results"})),
 )
@@ -237,6 +239,9 @@ def test_the_layering_check_sees_each_kind_of_breach():
         "edgespec.multidevice.workload",
         "edgespec.multidevice.sweep",
         "edgespec.multidevice.summary",
+        "edgespec.testbed.link",
+        "edgespec.testbed.predict",
+        "edgespec.testbed.summary",
         "edgespec.checks",
         "edgespec.intervals",
         "edgespec.readme_results",

@@ -348,6 +348,42 @@ def check_multidevice_settings(config: dict) -> None:
             raise ConfigError(f"config key 'multidevice.target_batch_s': {err}") from err
 
 
+def check_testbed_settings(config: dict) -> None:
+    """Relations between the testbed's keys and the rest, checked before any job."""
+    tb = config["testbed"]
+    if not tb["enabled"]:
+        return
+    where = "config key 'testbed"
+    channels = config["wisv"]["channels"]
+    unknown = [c for c in tb["channels"] if c not in channels]
+    if unknown:
+        raise ConfigError(
+            f"{where}.channels': {unknown} are not among wisv.channels ({sorted(channels)})"
+        )
+    strangers = sorted(set(tb["packet_error_rate"]) - set(tb["channels"]))
+    if strangers:
+        raise ConfigError(
+            f"{where}.packet_error_rate': {strangers} are not among testbed.channels "
+            f"{tb['channels']}"
+        )
+    uses_rounds = any(m in WISV_VARIANTS for m in tb["methods"])
+    if uses_rounds and tb["gamma"] not in config["wisv"]["gammas"]:
+        raise ConfigError(
+            f"{where}.gamma': {tb['gamma']} is not among wisv.gammas {config['wisv']['gammas']} "
+            "(the simulator prices only the verification times of those)"
+        )
+    if tb["fading_seed"] >= config["evaluation"]["fading_seeds"]:
+        raise ConfigError(
+            f"{where}.fading_seed': {tb['fading_seed']} is not below evaluation.fading_seeds "
+            f"({config['evaluation']['fading_seeds']})"
+        )
+    if config["models"]["device"] != "cpu":
+        raise ConfigError(
+            f"{where}.enabled': the testbed runs device and edge on one CPU core each, but "
+            f"models.device is {config['models']['device']}; set testbed.enabled to false"
+        )
+
+
 def schema_reference_markdown(schema: dict | None = None, keys: Sequence[str] | None = None) -> str:
     """The configuration reference table, generated from the schema: every key (the full
     reference in ``config/README.md``), or only ``keys``, in that order (the README's short

@@ -499,3 +499,44 @@ def multidevice_policies(summary: pd.DataFrame, path, channel: str, subtitle=Non
         panels_by=("method", "uplink"),
         curves_by="policy",
     )
+
+
+def testbed_against_simulator(summary: pd.DataFrame, terms: dict, path, subtitle=None) -> None:
+    """Testbed against simulator, per method and channel (rows of ``summary``): left, the
+    latency per answer measured and modelled, stacked by term (``terms``: column suffix ->
+    label, columns ``measured_<term>`` and ``model_<term>``); right, the ratio measured /
+    modelled with its interval over prompts (1 = the simulator's prediction)."""
+    cells = [f"{r.method}\n{r.channel}" for r in summary.itertuples()]
+    y = np.arange(len(cells))
+    fig, (bars, ratio) = plt.subplots(
+        1, 2, figsize=(11, 0.55 * len(cells) + 1.8), gridspec_kw={"width_ratios": [2, 1]}
+    )
+    for offset, side, hatch in ((-0.2, "measured", None), (0.2, "model", "//")):
+        left = np.zeros(len(cells))
+        for i, (term, label) in enumerate(terms.items()):
+            width = summary[f"{side}_{term}"].to_numpy(dtype=float).clip(min=0)
+            bars.barh(
+                y + offset,
+                width,
+                0.38,
+                left=left,
+                color=f"C{i}",
+                hatch=hatch,
+                label=label if side == "measured" else None,
+            )
+            left += width
+    bars.set_yticks(y, cells, fontsize=7)
+    bars.invert_yaxis()
+    bars.set_xscale("symlog", linthresh=0.1)
+    bars.set_xlabel("latency per answer (s): upper bar measured, hatched bar modelled")
+    bars.legend(fontsize=7, loc="lower right")
+    point = summary["ratio"].to_numpy(dtype=float)
+    err = np.vstack([point - summary["ratio_lo"], summary["ratio_hi"] - point])
+    ratio.errorbar(point, y, xerr=np.abs(err), fmt="o", ms=4, capsize=3)
+    ratio.axvline(1.0, color="grey", lw=0.8)
+    ratio.set_yticks(y, [])
+    ratio.invert_yaxis()
+    ratio.set_xscale("log")
+    ratio.set_xlabel("measured / modelled latency")
+    _subtitle(bars, subtitle)
+    _save(fig, path)

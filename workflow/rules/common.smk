@@ -15,6 +15,7 @@ from edgespec.config import (
     check_local_copies,
     check_model_settings,
     check_multidevice_settings,
+    check_testbed_settings,
     check_wisv_settings,
     cuhlm_variants,
     multidevice_batch_plan,
@@ -36,6 +37,7 @@ check_model_settings(config)
 check_wisv_settings(config)
 check_cross_references(config)
 check_multidevice_settings(config)
+check_testbed_settings(config)
 
 MODELS = config["models"]
 MODEL_DIR = f"{MODELS['cache_dir']}/{MODELS['preset']}"
@@ -267,6 +269,11 @@ def final_outputs():
             else []
         ),
         *(["results/machine/quantization.json"] if quantized else []),
+        *(
+            ["results/report/testbed_summary.csv"]
+            if config["testbed"]["enabled"]
+            else []
+        ),
     ]
 
 
