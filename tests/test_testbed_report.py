@@ -90,7 +90,8 @@ def test_the_round_prediction_charges_shs_extra_trip_and_the_head_where_it_runs(
     params = {"vocab_size": VOCAB, "hidden_size": HIDDEN, "bits_per_value": 16}
     got = predict_rounds(_rounds(), "wisv_sh", AWGN, PROFILE, params, GAMMA, 0.03, 7, 0)
     a = got.set_index("prompt_id").loc["a"]
-    assert a["model_device_s"] == pytest.approx(2 * GAMMA * 0.01)
+    # SH keeps hidden states: gamma + 1 draft forwards a round (the last token's state)
+    assert a["model_device_s"] == pytest.approx(2 * (GAMMA + 1) * 0.01)
     assert a["model_edge_s"] == pytest.approx(2 * 0.2 + 0.03)  # the head: the round with m > 0
     assert a["model_rtt_s"] == pytest.approx(3 * 0.05)  # the second round takes two trips
     assert a["model_uplink_s"] == pytest.approx((2 * 40 + 2 * HIDDEN * 16) / 1e6)

@@ -13,8 +13,11 @@ TB_POLICY = {
     "theta_max": config["uncertainty"]["theta_max"],
     **pick(config["cuhlm"], "theta_tv", "online_k_max"),
 }
+# The head of the measured regime: the testbed runs on this machine's compute.
 TB_HEADS = {
-    m: "results/wisv/head/wisv_head.pt" for m in TB_METHODS if m.startswith("wisv")
+    m: "results/wisv/measured/head/wisv_head.pt"
+    for m in TB_METHODS
+    if m.startswith("wisv")
 }
 # What the methods read besides the pair and the prompts: the calibration fit (CU-HLM online's
 # device) and the CSI head (WISV's edge).
@@ -24,7 +27,7 @@ TB_EXTRA = {
         if "cuhlm_online" in TB_METHODS
         else {}
     ),
-    **({"head": "results/wisv/head/wisv_head.pt"} if TB_HEADS else {}),
+    **({"head": "results/wisv/measured/head/wisv_head.pt"} if TB_HEADS else {}),
 }
 
 

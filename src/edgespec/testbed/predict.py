@@ -30,6 +30,10 @@ from edgespec.wireless.channel import ChannelCondition
 from edgespec.wireless.delay import LatencyProfile
 from edgespec.wireless.payload import index_bits, upload_bits
 from edgespec.wisv.evaluate import attach_channel, fading_seed, round_latencies, round_payload
+from edgespec.wisv.protocols import draft_forwards_per_round
+
+KEEPS_HIDDEN = ("wisv_fh", "wisv_sh")
+"""The methods whose device keeps the draft's hidden states (one more draft forward a round)."""
 
 MODEL_TERMS = ("device_s", "edge_s", "uplink_s", "rtt_s")
 
@@ -107,6 +111,9 @@ def predict_rounds(
     the decision head's time per round with a mismatch (``wisv.evaluate.head_round_s``). The
     rounds' gains must be those of fading seed ``seed_index`` (ValueError otherwise)."""
     priced = attach_channel(rounds, condition, fading_seed(seed, seed_index))
+    # every draft forward the device runs in a round, as the simulator charges the engine's
+    forwards = draft_forwards_per_round(gamma, keep_hidden=method in KEEPS_HIDDEN)
+    priced = priced.assign(draft_forwards=forwards)
     if not np.allclose(priced["gain"], rounds["gain"], rtol=1e-12, atol=0):
         raise ValueError(f"{method}: the testbed's rounds saw other gains than the simulator's")
     quiet = without_compute(profile)

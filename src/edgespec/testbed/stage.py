@@ -25,6 +25,7 @@ from edgespec.data.records import PromptRecord, read_jsonl
 from edgespec.seeding import derive_seed
 from edgespec.testbed.answer import TOKENWISE_METHODS, AnswerJob, wire_spec
 from edgespec.testbed.link import LinkPlan
+from edgespec.testbed.predict import KEEPS_HIDDEN
 from edgespec.testbed.session import Testbed
 from edgespec.wireless.channel import ChannelCondition, uplink_rate_bps
 from edgespec.wisv.evaluate import fading_seed, round_gains
@@ -84,7 +85,7 @@ def answer_decoding(method: str, settings: Mapping[str, Any], temperature: float
         eos_token_ids=list(eos),
         pad_token_id=pad,
         batch_size=1,
-        keep_hidden=method in ("wisv_fh", "wisv_sh"),
+        keep_hidden=method in KEEPS_HIDDEN,
     )
 
 
