@@ -76,9 +76,21 @@ def test_render_adds_the_optional_parts_the_snapshot_has(tmp_path):
             {"quantize": "int8_dynamic", "top1_agreement": 0.9, "mean_tv": 0.1, "positions": 64}
         )
     )
+    testbed = [
+        ["method", "channel", "ratio", "bytes_equal", "tokens_equal"],
+        ["hlm", "good", 0.91, True, True],
+        ["wisv_fh", "poor", 1.32, False, True],
+        ["cuhlm_online", "poor", "", True, False],
+    ]
+    with (snap / "testbed_summary.csv").open("w", newline="") as fh:
+        csv.writer(fh).writerows(testbed)
     text = readme_results.render(tmp_path)
     assert "| devices until saturation | - | not reached | 8 devices to not reached | hlm |" in text
     assert "top-1 agreement 90.0% and mean total variation 0.100" in text
+    assert "(docs/results/avx2-abc1234/testbed_summary.md)" in text
+    assert "in 2 of 3 method-channel cells the bytes on the wire equal the model's" in text
+    assert "in 2 the tokens equal the single-process decode's" in text
+    assert "measured/modelled latency 0.91 to 1.32" in text
 
 
 def test_render_needs_a_full_snapshot(tmp_path):

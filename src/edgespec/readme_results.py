@@ -81,6 +81,12 @@ OPTIONAL_REPORT_FILES = {
     "results/report/multidevice_headline.csv": "multidevice_headline.csv",
     "results/report/multidevice_summary.md": "multidevice_summary.md",
     "results/machine/quantization.json": "quantization.json",
+    "results/report/multidevice_capacity.csv": "multidevice_capacity.csv",
+    "results/report/multidevice_ranking.csv": "multidevice_ranking.csv",
+    "results/report/multidevice_crossovers.csv": "multidevice_crossovers.csv",
+    "results/report/wisv_latency_breakdown.csv": "wisv_latency_breakdown.csv",
+    "results/report/testbed_summary.csv": "testbed_summary.csv",
+    "results/report/testbed_summary.md": "testbed_summary.md",
 }
 WINGS = (
     ("cuhlm", "CU-HLM family", "cuhlm_summary.md"),
@@ -267,6 +273,26 @@ def headline_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def testbed_line(rows: list[dict], run_name: str) -> str:
+    """One line on the testbed against the simulator (``testbed_summary.csv``): how many method
+    and channel cells carried exactly the model's bytes plus the header overhead and committed
+    the single-process decode's tokens, and the range of the measured/modelled latency ratio."""
+    cells = len(rows)
+    same_bytes = sum(row.get("bytes_equal") == "True" for row in rows)
+    same_tokens = sum(row.get("tokens_equal") == "True" for row in rows)
+    ratios = sorted(_number(row.get("ratio")) for row in rows)
+    ratios = [r for r in ratios if not math.isnan(r)]
+    span = f"{ratios[0]:.2f} to {ratios[-1]:.2f}" if ratios else "n/a"
+    return (
+        f"**Testbed against simulator** ([table](docs/results/{run_name}/testbed_summary.md)): "
+        f"device and edge as two processes over loopback TCP and an emulated link; in "
+        f"{same_bytes} of {cells} method-channel cells the bytes on the wire equal the model's "
+        f"plus the stated header overhead, in {same_tokens} the tokens equal the single-process "
+        f"decode's; measured/modelled latency {span} (medians per cell; reasons per cell in "
+        "the table)."
+    )
+
+
 def _jobs_seconds(run_dir: Path) -> float:
     return sum(float(row["seconds"]) for row in _read_csv(run_dir / "rule_times.csv"))
 
@@ -295,6 +321,9 @@ def render(results_dir: Path = RESULTS_DIR) -> str:
             continue
         link = f" ([all figures](docs/results/{run_dir.name}/{summary}))" if summary else ""
         parts += ["", f"**{title}**{link}:", "", headline_table(_read_csv(path))]
+    testbed = run_dir / "testbed_summary.csv"
+    if testbed.is_file():
+        parts += ["", testbed_line(_read_csv(testbed), run_dir.name)]
     quantization = run_dir / "quantization.json"
     if quantization.is_file():
         q = json.loads(quantization.read_text())
