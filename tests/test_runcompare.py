@@ -47,3 +47,27 @@ def test_a_changed_value_a_missing_file_and_a_changed_count_are_named(tmp_path):
 def test_a_directory_without_results_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no results/"):
         compare_runs(tmp_path, tmp_path)
+
+
+def _testbed(root, e2e_s, sent, frame_bytes=100, tokens=(1, 2)):
+    tb = root / "results" / "testbed" / "good"
+    tb.mkdir(parents=True)
+    pd.DataFrame({"tokens": [list(tokens)], "e2e_s": [e2e_s]}).to_parquet(tb / "answers.parquet")
+    frames = {"bytes": [frame_bytes], "tx_s": [e2e_s / 2], "sent": [sent], "arrival": [sent + 1]}
+    pd.DataFrame(frames).to_parquet(tb / "frames.parquet")
+    (root / "results" / "report").mkdir()
+    (root / "results" / "report" / "testbed_summary.md").write_text(f"ratio {e2e_s}\n")
+    pd.DataFrame({"x": [e2e_s]}).to_parquet(root / "results" / "report" / "other.parquet")
+    return root
+
+
+def test_the_testbeds_clock_readings_are_not_results_but_its_tokens_and_bytes_are(tmp_path):
+    a = _testbed(tmp_path / "a", e2e_s=1.0, sent=100.0)
+    b = _testbed(tmp_path / "b", e2e_s=1.3, sent=250.0)
+    # only a table outside the testbed with a measured time differs
+    assert compare_runs(a, b) == [
+        'report/other.parquet: DataFrame.iloc[:, 0] (column name="x") are different'
+    ]
+    c = _testbed(tmp_path / "c", e2e_s=1.0, sent=100.0, frame_bytes=101, tokens=(1, 3))
+    named = {d.split(":")[0] for d in compare_runs(a, c)}
+    assert named == {"testbed/good/answers.parquet", "testbed/good/frames.parquet"}
