@@ -55,7 +55,7 @@ rule testbed_run:
     # Device and edge on a core each; nothing else runs beside what the testbed times.
     threads: timing_threads
     resources:
-        mem_mb=grows_with_attempt(16000),
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(60),
     params:
         model_dir=model_dir_of,
@@ -89,7 +89,7 @@ rule testbed_reference:
         "../envs/edgespec.yaml"
     threads: MODEL_THREADS
     resources:
-        mem_mb=grows_with_attempt(16000),
+        mem_mb=grows_with_attempt(MODEL_MEM_MB),
         runtime=grows_with_attempt(60),
     params:
         model_dir=model_dir_of,
