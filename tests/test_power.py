@@ -22,6 +22,7 @@ from edgespec.report import (
     claim_verdict,
     decidable_line,
     headline_table,
+    verdict_at_n,
 )
 
 Z95_80 = 1.959963984540054 + 0.8416212335729143  # z_0.975 + z_0.8
@@ -104,6 +105,16 @@ def test_each_quality_figure_gets_its_floor_and_detectable_difference():
 def test_claim_verdicts(low, high, claim, verdict):
     paper = 0.974 if claim == "at_least" else 0.01
     assert claim_verdict(low, high, paper, claim) == verdict
+
+
+def test_a_zero_width_interval_from_a_few_prompts_decides_nothing():
+    """WISV's accuracy drop at the default size: the same exact-match outcome on all 8
+    prompts gives the bootstrap interval [0, 0], inside "< 1 point", which is not a
+    reproduction (3/8 would still be a 95% bound on the discordant rate)."""
+    assert claim_verdict(0.0, 0.0, 0.01, "at_most") == "reproduced"
+    assert verdict_at_n(0.0, 0.0, 0.01, "at_most", 8.0) == "undecided at n=8"
+    assert verdict_at_n(0.001, 0.009, 0.01, "at_most", 400.0) == "reproduced"
+    assert verdict_at_n(0.0, 0.0, 0.01, "at_most", math.nan) == "reproduced"  # no n: as given
 
 
 def test_claim_verdict_rejects_an_unknown_claim():

@@ -240,8 +240,14 @@ def _field(match: pd.DataFrame, column: str) -> float:
 
 
 def verdict_at_n(low: float, high: float, paper: float, claim: str, n: float) -> str:
-    """:func:`claim_verdict`, an undecided one naming the prompts it was undecided at."""
+    """:func:`claim_verdict`, an undecided one naming the prompts it was undecided at. An
+    interval of zero width from ``n`` prompts (a bootstrap whose paired differences never
+    varied, e.g. the same exact-match outcome on each of 8 prompts) says nothing of the spread
+    a larger sample would show (with no discordant pair in n, a 95% bound on their rate is still
+    3/n): it decides nothing, undecided."""
     verdict = claim_verdict(low, high, paper, claim)
+    if math.isfinite(n) and math.isfinite(low) and low == high:
+        verdict = UNDECIDED
     if verdict == UNDECIDED and math.isfinite(n):
         verdict = f"undecided at n={n:.0f}"
     return verdict
