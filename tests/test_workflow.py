@@ -561,25 +561,34 @@ RERUNS = {
             # cuhlm_online), on the good channel and the mixed population
             "simulate_multidevice": 6,
             "report_multidevice": 1,
+            # the testbed's cuhlm_online device reads theta_tv (both channels, its reference)
+            "testbed_run": 2,
+            "testbed_reference": 1,
+            "report_testbed": 1,
             "all": 1,
         },
     ),
     "head hyper-parameter": (
         {"wisv": {"head": {"epochs": 31}}},
         {
-            "train_head": 1,
-            # head_no_csi and head_relabel_no_csi (any), the CSI head (poor, good; seed 0);
-            # not mine_labels or relabel_csi
-            "decode_wisv": 2,
-            "decode_wisv_csi": 2,
-            "join_wisv_decode": 4,  # each decode's shards joined (one shard in the smoke run)
+            "train_head": 2,  # one head per pricing regime; not mine_labels or relabel_csi
+            # head_no_csi (any); head_relabel_no_csi per regime; the CSI head per regime and
+            # channel (seed 0)
+            "decode_wisv": 1,
+            "decode_wisv_regime": 2,
+            "decode_wisv_csi": 2 * 2,
+            "join_wisv_decode": 1,
+            "join_wisv_regime_decode": 6,
             "score_wisv": 1,  # one job scores every decode
-            "evaluate_wisv": 4 * 2,  # the four head variants on both channels
+            "evaluate_wisv": 2 * 4 * 2,  # per regime, the four head variants on both channels
             "report_wisv": 1,
             # wisv_sh in the many-device simulation is charged its head's measured time (good
             # channel, mixed population)
             "simulate_multidevice": 2,
             "report_multidevice": 1,
+            "testbed_run": 2,  # the testbed's WISV edge reads the measured regime's head
+            "testbed_reference": 1,
+            "report_testbed": 1,
             "all": 1,
         },
     ),
@@ -591,18 +600,32 @@ RERUNS = {
     "head time": (
         {"latency": {"given": {"head_round_s": 0.001}}},
         {
-            # the head's time is profile_head's: no head is trained again, nothing decoded
+            # the head's time is part of a measured-regime round's cost T_0: that regime's
+            # pricing, relabeling, head and CSI decodes follow; the testbed regime's do not
             "profile_head": 1,
-            "evaluate_wisv": 4 * 2,  # the four head variants on both channels
+            "wisv_pricing": 1,
+            "relabel_csi": 1,
+            "train_head": 1,
+            "decode_wisv": 1,
+            "decode_wisv_regime": 1,
+            "decode_wisv_csi": 2,
+            "join_wisv_decode": 1,
+            "join_wisv_regime_decode": 3,
+            "score_wisv": 1,
+            "evaluate_wisv": 14,
             "report_wisv": 1,
             "simulate_multidevice": 2,  # wisv_sh, good and mixed
             "report_multidevice": 1,
+            "testbed_run": 2,
+            "testbed_reference": 1,
+            "report_testbed": 1,
             "all": 1,
         },
     ),
     "report-only": (
         {"cuhlm": {"risk_budgets": [0.1]}},
-        {"risk_thresholds": 1, "report_cuhlm": 1, "all": 1},
+        # the joint (u_th, k) table states the budgets at which its choice moves
+        {"risk_thresholds": 1, "joint_kstar": 1, "report_cuhlm": 1, "all": 1},
     ),
 }
 
