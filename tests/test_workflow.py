@@ -411,19 +411,7 @@ def test_smoke_run_reports_every_variant(smoke_run):
     vanilla = wisv[wisv["variant"] == "vanilla_sd"]
     assert np.allclose(vanilla["latency_reduction"], 0.0)
     headline = pd.read_csv(smoke_run / "results/report/wisv_headline.csv")
-    assert list(headline.columns) == [
-        "metric",
-        "paper",
-        "ours",
-        "ours_lo",
-        "ours_hi",
-        "unit",
-        "where",
-        "floor",
-        "mdd",
-        "n",
-        "verdict",
-    ]
+    assert list(headline.columns) == list(HEADLINE_COLUMNS)
     # four figures per pricing regime, and the paper's hardware-testbed latency beside the
     # emulated testbed's
     assert len(headline) == 2 * 4 + 1 and (headline["ours_lo"] <= headline["ours_hi"]).all()
